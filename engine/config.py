@@ -1,0 +1,77 @@
+"""Configuration records: the model's shapes, and the engine's knobs.
+
+ModelConfig describes *what* runs (read from GGUF metadata or a Hugging Face config.json);
+EngineConfig describes *how* it is served (memory for the KV cache, batch limits, features).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True, frozen=True)
+class ModelConfig:
+    num_layers: int = 30
+    hidden_size: int = 576
+    num_heads: int = 9
+    num_kv_heads: int = 3
+    head_dim: int = 64
+    intermediate_size: int = 1536
+    vocab_size: int = 49152
+    rope_theta: float = 100000.0
+    rms_norm_eps: float = 1e-5
+    max_position_embeddings: int = 8192
+    tie_word_embeddings: bool = True
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
+    name: str = "SmolLM2-135M-Instruct"
+
+    def kv_bytes_per_token(self, bytes_per_value: int = 2) -> int:
+        """K and V, for every layer and KV head: 2 x layers x kv_heads x head_dim x bytes."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_value
+
+    def num_parameters(self) -> int:
+        d, f, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        q = d * self.num_heads * self.head_dim
+        kv = 2 * d * self.num_kv_heads * self.head_dim
+        o = self.num_heads * self.head_dim * d
+        per_layer = q + kv + o + 3 * d * f + 2 * d  # attention, SwiGLU, two RMSNorm weights
+        head = 0 if self.tie_word_embeddings else v * d
+        return v * d + self.num_layers * per_layer + d + head
+
+
+@dataclass(slots=True, frozen=True)
+class SpeculativeConfig:
+    method: str = "ngram"              # how draft tokens are proposed
+    num_speculative_tokens: int = 4
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model: str | None = None            # None = the embedded default (SmolLM2-135M-Instruct)
+    device: str = "auto"                # "auto" | "cpu" | "cuda"
+    dtype: str | None = None            # None = float32 on CPU, bfloat16 on CUDA
+    random_weights: bool = False        # same shapes, random values: for GPU benchmarks
+    seed: int = 0
+    block_size: int = 16
+    num_kv_blocks: int | None = None    # either a block count ...
+    kv_cache_bytes: int | None = None   # ... or a memory budget (None for both = a default)
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 4096
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    preemption_mode: str = "recompute"  # "recompute" | "swap"
+    swap_space_blocks: int = 256
+    speculative: SpeculativeConfig | None = None
+    trace_capacity: int = 4096          # step records kept in the ring buffer
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {self.block_size}")
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute' or 'swap', got {self.preemption_mode!r}")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
+        if self.max_num_seqs <= 0 or self.max_num_batched_tokens <= 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be positive")
