@@ -1,0 +1,1 @@
+"""The explainer app: `panel serve app` runs main.py. Modules here are imported as app.*."""

@@ -1,0 +1,53 @@
+"""The page shell: header, sidebar table of contents and main column, as Panel components.
+
+Layout: a FlexBox with the sidebar (17rem) beside the main column; under 820 px wide it wraps, so
+the contents sit above the chapter as a collapsible block and the text takes the full width.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import panel as pn
+from pygments.formatters import HtmlFormatter
+
+
+def static_url(name: str) -> str:
+    """Root-relative URL of a file in assets/, served by Bokeh as the directory app's static/."""
+    path = "/app"
+    ctx = pn.state.curdoc.session_context if pn.state.curdoc else None
+    if ctx is not None and ctx.request is not None and ctx.request.path:
+        path = ctx.request.path.rstrip("/") or "/app"
+    return f"{path}/static/{name}"
+
+
+@lru_cache(maxsize=2)
+def pygments_css(dark: bool) -> str:
+    # Token colours for highlighted code, scoped to code blocks inside our prose.
+    return HtmlFormatter(style="github-dark" if dark else "default").get_style_defs(".prose pre code")
+
+
+def stylesheets(dark: bool) -> list[str]:
+    return [static_url("app.css"), pygments_css(dark)]
+
+
+def html_pane(markup: str, dark: bool, css_classes: list[str] | None = None, math: bool = False,
+              **kw) -> pn.pane.HTML:
+    return pn.pane.HTML(markup, stylesheets=stylesheets(dark), disable_math=not math,
+                        css_classes=css_classes or [], sizing_mode="stretch_width", margin=(0, 0), **kw)
+
+
+def page(*, title: str, header: str, sidebar: str, main: list, dark: bool) -> pn.viewable.Viewable:
+    doc = pn.state.curdoc
+    if doc is not None:
+        doc.template_variables["app_favicon"] = static_url("favicon.svg")
+        doc.template_variables["apple_icon"] = static_url("favicon.svg")
+    header_pane = html_pane(header, dark, ["ex-header"])
+    sidebar_pane = html_pane(sidebar, dark, ["ex-sidebar"])
+    main_col = pn.Column(*main, css_classes=["ex-main"], stylesheets=stylesheets(dark),
+                         sizing_mode="stretch_width", margin=(0, 0))
+    body = pn.FlexBox(sidebar_pane, main_col, flex_wrap="nowrap", css_classes=["ex-shell"],
+                      stylesheets=stylesheets(dark), sizing_mode="stretch_width", margin=(0, 0))
+    root = pn.Column(header_pane, body, sizing_mode="stretch_width", css_classes=["ex-root"],
+                     stylesheets=stylesheets(dark), styles={"padding": "0 clamp(.8rem, 3vw, 2rem)"})
+    root.servable(title=title)
+    return root
