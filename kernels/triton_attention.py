@@ -1,0 +1,227 @@
+"""Triton paged attention: one kernel for prefill, chunked prefill and decode, plus a split-KV reduce.
+
+Work split. Each program owns one *query block* of one sequence and one KV head. A query block is up
+to BLOCK_Q consecutive queries of that sequence; since GROUP query heads share the KV head, the program
+stacks (query, head) pairs into BLOCK_M = BLOCK_Q * GROUP rows (padded), so every K/V byte it reads
+serves all of them:
+
+    row r  ->  query  block_start + r // GROUP,  head  kv_head * GROUP + r % GROUP
+
+It then walks the sequence's keys in tiles of TILE_N positions, finding each position's physical
+block through the block table, and keeps a running (online) softmax: max m, denominator l, and the
+unnormalised output acc, all float32.
+
+Split-KV. A decode at small batch has only num_seqs * num_kv_heads programs: too few to keep the GPU
+busy on a long context. Then the key tiles are cut into NUM_SPLITS ranges, one program each; every
+program writes its partial (m, l, acc) and a second kernel merges them:
+
+    out = sum_i acc_i * 2^(m_i - M) / sum_i l_i * 2^(m_i - M),   M = max_i m_i
+
+Queries of one sequence are mapped to programs without a host sync: sequence s's query blocks take the
+program ids [qsl[s] // BLOCK_Q + s, qsl[s+1] // BLOCK_Q + s + 1), a range always long enough for
+ceil(q_len / BLOCK_Q) blocks; a program finds its sequence by binary search and exits if it is spare.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+# Scores go through exp2, so the softmax scale is folded together with log2(e).
+_LOG2E = 1.4426950408889634
+# Below this many key positions per split, a split costs more (launch, partials) than it saves.
+_MIN_TOKENS_PER_SPLIT = 256
+_MAX_SPLITS = 64
+
+
+@triton.jit
+def _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q: tl.constexpr):
+    """Largest s with qsl[s] // BLOCK_Q + s <= q_block (binary search over sequences)."""
+    lo = 0
+    hi = num_seqs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        first = tl.load(qsl_ptr + mid) // BLOCK_Q + mid
+        if first <= q_block:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@triton.jit
+def _paged_attention_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, qsl_ptr,
+    out_ptr, part_acc_ptr, part_ml_ptr,
+    scale_log2, num_seqs, num_heads,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_cb, stride_co, stride_ch, stride_bt,
+    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    q_block = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+
+    seq = _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q)
+    q_start = tl.load(qsl_ptr + seq)
+    q_len = tl.load(qsl_ptr + seq + 1) - q_start
+    local_block = q_block - (q_start // BLOCK_Q + seq)
+    if local_block * BLOCK_Q >= q_len:
+        return  # a spare program id: this sequence has fewer query blocks than its id range
+    seq_len = tl.load(seq_lens_ptr + seq)
+    first_pos = seq_len - q_len  # absolute position of the sequence's first query
+
+    rows = tl.arange(0, BLOCK_M)
+    q_idx = local_block * BLOCK_Q + rows // GROUP
+    head = kv_head * GROUP + rows % GROUP
+    row_ok = (rows < BLOCK_Q * GROUP) & (q_idx < q_len)
+    q_pos = first_pos + q_idx
+    dims = tl.arange(0, HEAD_DIM)
+    token = q_start + q_idx
+    q = tl.load(q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
+                mask=row_ok[:, None], other=0.0)
+
+    # Causal: the block's last query sees keys [0, kv_end); later tiles are never read.
+    kv_end = tl.minimum(first_pos + (local_block + 1) * BLOCK_Q, seq_len)
+    num_tiles = tl.cdiv(kv_end, TILE_N)
+    tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
+    tile_lo = split * tiles_per_split
+    tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
+
+    # A finite start for m keeps exp2(m - m_new) defined while a row has seen no visible key yet.
+    m = tl.full([BLOCK_M], -1.0e30, tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    table = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    offs_n = tl.arange(0, TILE_N)
+    for tile in range(tile_lo, tile_hi):
+        k_pos = tile * TILE_N + offs_n
+        k_ok = k_pos < kv_end
+        block = tl.load(table + k_pos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
+        kv_off = block * stride_cb + (k_pos % BLOCK_SIZE) * stride_co + kv_head * stride_ch
+        k = tl.load(k_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_M, TILE_N]
+        visible = k_ok[None, :] & (k_pos[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m = m_new
+
+    if NUM_SPLITS == 1:
+        out = acc / l[:, None]
+        tl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        part = (token.to(tl.int64) * num_heads + head) * NUM_SPLITS + split
+        tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc, mask=row_ok[:, None])
+        tl.store(part_ml_ptr + part * 2, m, mask=row_ok)
+        tl.store(part_ml_ptr + part * 2 + 1, l, mask=row_ok)
+
+
+@triton.jit
+def _merge_splits_kernel(
+    part_acc_ptr, part_ml_ptr, out_ptr, num_heads, stride_ot, stride_oh,
+    HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+):
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    part = (token.to(tl.int64) * num_heads + head) * NUM_SPLITS + tl.arange(0, NUM_SPLITS)
+    m = tl.load(part_ml_ptr + part * 2)
+    l = tl.load(part_ml_ptr + part * 2 + 1)
+    acc = tl.load(part_acc_ptr + part[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :])
+    weight = tl.exp2(m - tl.max(m, 0))  # empty splits kept m = -1e30, so their weight is 0
+    out = tl.sum(acc * weight[:, None], 0) / tl.sum(l * weight, 0)
+    tl.store(out_ptr + token * stride_ot + head * stride_oh + tl.arange(0, HEAD_DIM),
+             out.to(out_ptr.dtype.element_ty))
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    if not torch.cuda.is_available():
+        return 8  # the CPU interpreter: any small number exercises the split path
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:
+    """Splits for a decode batch: enough programs for ~2 per SM, but no split under 256 keys."""
+    programs = num_seqs * num_kv_heads
+    want = triton.cdiv(2 * num_sms, programs)
+    cap = max(1, max_context // _MIN_TOKENS_PER_SPLIT)
+    splits = min(want, cap, _MAX_SPLITS)
+    return 1 if splits <= 1 else 1 << (splits.bit_length() - 1)  # a power of two, rounded down
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    *,
+    num_splits: int | None = None,
+    tile_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:
+    """Same contract as reference.paged_attention; the keyword knobs exist for tests and tuning."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_seqs = seq_lens.shape[0]
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    group = num_heads // num_kv_heads
+    assert group * num_kv_heads == num_heads, "query heads must be a multiple of KV heads"
+    assert head_dim >= 16 and head_dim & (head_dim - 1) == 0, "head_dim must be a power of two >= 16"
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+
+    # One query per sequence means decode: pack only the GROUP heads (small BLOCK_M) and maybe split.
+    decode = num_tokens == num_seqs
+    block_m = max(16 if decode else 64, triton.next_power_of_2(group))
+    block_q = block_m // group
+    if num_splits is None:
+        num_splits = 1
+        if decode:
+            max_context = block_tables.shape[1] * block_size
+            num_splits = choose_num_splits(num_seqs, num_kv_heads, max_context, _num_sms(q.device.index or 0))
+    tile_n = tile_n or 64
+    num_warps = num_warps or 4
+    num_stages = num_stages or (3 if decode else 2)
+
+    if num_splits > 1:
+        part_acc = torch.empty((num_tokens, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
+        part_ml = torch.empty((num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=q.device)
+    else:
+        part_acc = part_ml = out  # unused: the kernel writes the output directly
+
+    grid = (num_tokens // block_q + num_seqs, num_kv_heads, num_splits)
+    _paged_attention_kernel[grid](
+        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
+        out, part_acc, part_ml,
+        scale * _LOG2E, num_seqs, num_heads,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim,
+        BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
+        NUM_SPLITS=num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if num_splits > 1:
+        _merge_splits_kernel[(num_tokens, num_heads)](
+            part_acc, part_ml, out, num_heads, out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, NUM_SPLITS=num_splits,
+        )
+    return out

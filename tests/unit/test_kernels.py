@@ -1,0 +1,230 @@
+"""Kernel tests on CPU: the references against plain attention, the Triton kernels against the references.
+
+The Triton kernels run under triton's interpreter, which needs TRITON_INTERPRET=1 *before triton is
+first imported* (triton's own helpers such as tl.cdiv are decorated at import). On a machine without
+CUDA compiled triton cannot run anyway, so this module sets the variable for the whole process when
+it is the first to import triton. If another test module imported triton earlier, the interpreted
+tests skip here and `test_interpreted_tests_in_a_fresh_process` reruns this file in a subprocess
+with the variable set, so the kernels are checked whatever the collection order.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import torch
+
+if "triton" not in sys.modules and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import random  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import pytest  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import kernels  # noqa: E402
+from kernels import reference  # noqa: E402
+from kernels.scenarios import make_paged_batch  # noqa: E402
+
+# ||out - ref|| / ||ref||: fp32 arithmetic is exact to rounding; bf16/fp16 round p and the output.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert not out.isnan().any(), "NaN in output (an unwritten or masked-out row?)"
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def _patch_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two bugs of triton 3.6's interpreter, fixed for the duration of these tests only.
+
+    1. triton-lang/triton#9171: a loop bound is a 1-element numpy array, and numpy >= 2.4 refuses
+       int() on it; take the element explicitly.
+    2. tl.dot on bfloat16 multiplies the raw uint16 bit patterns (the interpreter stores bf16 as
+       uint16); widen bf16 operands to float32 first, which is exact, as the tensor cores' products are.
+    """
+    import triton.language as tl
+    import triton.runtime.interpreter as interp
+
+    patch_tensor = interp._patch_lang_tensor
+
+    def patched_tensor(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    create_dot = interp.InterpreterBuilder.create_dot
+
+    def patched_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.dtype.scalar == tl.bfloat16:
+            a = self.cast_impl(a, tl.float32)
+        if b.dtype.scalar == tl.bfloat16:
+            b = self.cast_impl(b, tl.float32)
+        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    monkeypatch.setattr(interp, "_patch_lang_tensor", patched_tensor)
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_dot", patched_dot)
+
+
+def _kernels_are_interpreted() -> bool:
+    if kernels.paged_attention_triton is None:
+        return False
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from kernels import triton_attention
+    return isinstance(triton_attention._paged_attention_kernel, InterpretedFunction)
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    if kernels.paged_attention_triton is None:
+        pytest.skip("triton is not installed")
+    if not _kernels_are_interpreted():
+        pytest.skip("triton was imported without TRITON_INTERPRET=1; "
+                    "test_interpreted_tests_in_a_fresh_process runs these instead")
+    with pytest.MonkeyPatch.context() as mp:
+        _patch_interpreter(mp)
+        yield SimpleNamespace(paged_attention=kernels.paged_attention_triton, write_kv=kernels.write_kv_triton)
+
+
+def test_interpreted_tests_in_a_fresh_process():
+    if kernels.paged_attention_triton is None or torch.cuda.is_available():
+        pytest.skip("no triton, or a GPU: tests/gpu checks the compiled kernels")
+    if _kernels_are_interpreted():
+        pytest.skip("the interpreted tests ran in this process")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+
+
+def random_seqs(rng: random.Random, num_seqs: int, max_len: int) -> list[tuple[int, int]]:
+    """A mix of fresh prefills, chunks starting mid-sequence, decodes and length-1 sequences."""
+    seqs = [(1, 1)]
+    while len(seqs) < num_seqs:
+        seq_len = rng.randint(2, max_len)
+        kind = rng.choice(["prefill", "chunk", "decode"])
+        q_len = {"prefill": seq_len, "chunk": rng.randint(2, seq_len - 1) if seq_len > 2 else 1,
+                 "decode": 1}[kind]
+        seqs.append((seq_len, q_len))
+    rng.shuffle(seqs)
+    return seqs
+
+
+# ---------------------------------------------------------------- references against plain attention
+
+def test_reference_attention_matches_sdpa_on_contiguous_kv():
+    g = torch.Generator().manual_seed(1)
+    seqs = [(37, 37), (50, 13), (20, 1), (1, 1)]
+    b = make_paged_batch(seqs, block_size=16, dtype=torch.float64, generator=g)
+    out = reference.paged_attention(*b.args())
+    qsl = b.query_start_loc.tolist()
+    for s, (seq_len, q_len) in enumerate(seqs):
+        k = reference.gather_kv(b.k_cache, b.block_tables[s], seq_len).repeat_interleave(3, dim=1)
+        v = reference.gather_kv(b.v_cache, b.block_tables[s], seq_len).repeat_interleave(3, dim=1)
+        q = b.q[qsl[s]:qsl[s + 1]]
+        # Bottom-right causal: query j sits at seq_len - q_len + j.
+        allowed = torch.arange(seq_len)[None, :] <= torch.arange(seq_len - q_len, seq_len)[:, None]
+        want = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                              attn_mask=allowed, scale=b.scale).transpose(0, 1)
+        torch.testing.assert_close(out[qsl[s]:qsl[s + 1]], want)
+
+
+def test_reference_write_kv_fills_exactly_the_given_slots():
+    g = torch.Generator().manual_seed(2)
+    k_cache = torch.randn(6, 16, 3, 64, generator=g)
+    v_cache = torch.randn(6, 16, 3, 64, generator=g)
+    before_k, before_v = k_cache.clone(), v_cache.clone()
+    k, v = torch.randn(5, 3, 64, generator=g), torch.randn(5, 3, 64, generator=g)
+    slots = torch.tensor([17, -1, 95, 0, -1])
+    reference.write_kv(k, v, k_cache, v_cache, slots)
+    flat_k, flat_v = k_cache.view(-1, 3, 64), v_cache.view(-1, 3, 64)
+    for i, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            assert torch.equal(flat_k[slot], k[i]) and torch.equal(flat_v[slot], v[i])
+    untouched = torch.ones(96, dtype=torch.bool)
+    untouched[[17, 95, 0]] = False
+    assert torch.equal(flat_k[untouched], before_k.view(-1, 3, 64)[untouched])
+    assert torch.equal(flat_v[untouched], before_v.view(-1, 3, 64)[untouched])
+
+
+def test_dispatch_uses_reference_on_cpu(monkeypatch):
+    monkeypatch.delenv("KERNELS_BACKEND", raising=False)
+    assert kernels.backend_for(torch.device("cpu")) == "reference"
+    monkeypatch.setenv("KERNELS_BACKEND", "reference")
+    assert kernels.backend_for(torch.device("cuda")) == "reference"
+    b = make_paged_batch([(9, 4)], generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(kernels.paged_attention(*b.args()), reference.paged_attention(*b.args()))
+
+
+# ---------------------------------------------------------------- Triton (interpreted) against references
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_triton_write_kv_matches_reference(interpreted, dtype, index_dtype):
+    g = torch.Generator().manual_seed(4)
+    k_cache = torch.randn(5, 16, 3, 64, generator=g).to(dtype)
+    v_cache = torch.randn(5, 16, 3, 64, generator=g).to(dtype)
+    k = torch.randn(7, 3, 64, generator=g).to(dtype)
+    v = torch.randn(7, 3, 64, generator=g).to(dtype)
+    slots = torch.tensor([33, -1, 5, 79, -1, 16, 47], dtype=index_dtype)  # -1: padding
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    reference.write_kv(k, v, want_k, want_v, slots)
+    interpreted.write_kv(k, v, k_cache, v_cache, slots)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+
+
+@pytest.mark.parametrize("dtype,block_size,seed", [
+    (torch.float32, 16, 10),
+    (torch.bfloat16, 16, 11),
+    (torch.float16, 32, 12),
+    (torch.bfloat16, 32, 13),
+])
+def test_triton_attention_mixed_batch_matches_reference(interpreted, dtype, block_size, seed):
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    seqs = random_seqs(rng, num_seqs=5, max_len=70)
+    b = make_paged_batch(seqs, block_size=block_size, dtype=dtype, generator=g,
+                         table_fill=rng.choice([-1, 0]))
+    ref = reference.paged_attention(*b.args())
+    assert rel_err(interpreted.paged_attention(*b.args()), ref) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("num_splits", [1, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_decode_with_and_without_split_kv(interpreted, dtype, num_splits):
+    # Decode-only batches take the small-tile path; 4 splits over short contexts leave some splits
+    # empty, which the merge must weigh as zero. Contexts are not multiples of the block size.
+    g = torch.Generator().manual_seed(20 + num_splits)
+    b = make_paged_batch([(75, 1), (1, 1), (17, 1), (40, 1)], block_size=16, dtype=dtype, generator=g)
+    ref = reference.paged_attention(*b.args())
+    out = interpreted.paged_attention(*b.args(), num_splits=num_splits, tile_n=16)
+    assert rel_err(out, ref) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (8, 1), (6, 2)])
+def test_triton_attention_other_gqa_ratios(interpreted, num_heads, num_kv_heads):
+    g = torch.Generator().manual_seed(30 + num_heads)
+    b = make_paged_batch([(23, 23), (40, 7), (9, 1)], num_heads=num_heads, num_kv_heads=num_kv_heads,
+                         head_dim=32, block_size=16, generator=g)
+    ref = reference.paged_attention(*b.args())
+    assert rel_err(interpreted.paged_attention(*b.args()), ref) < TOLERANCE[torch.float32]
+
+
+def test_triton_write_then_attend_round_trip(interpreted):
+    # The engine's order of operations: write this step's K/V, then attend over the cache.
+    g = torch.Generator().manual_seed(40)
+    b = make_paged_batch([(30, 6), (12, 1)], block_size=16, dtype=torch.bfloat16, generator=g)
+    k_new = torch.randn(7, 3, 64, generator=g).bfloat16()
+    v_new = torch.randn(7, 3, 64, generator=g).bfloat16()
+    slots = torch.cat([b.slot_mapping[:6], torch.tensor([-1]), b.slot_mapping[6:]])  # one padding token
+    k_new = torch.cat([k_new[:6], k_new[6:7], k_new[6:7]])[:8]
+    v_new = torch.cat([v_new[:6], v_new[6:7], v_new[6:7]])[:8]
+    want_k, want_v = b.k_cache.clone(), b.v_cache.clone()
+    reference.write_kv(k_new, v_new, want_k, want_v, slots)
+    interpreted.write_kv(k_new, v_new, b.k_cache, b.v_cache, slots)
+    assert torch.equal(b.k_cache, want_k) and torch.equal(b.v_cache, want_v)
+    ref = reference.paged_attention(b.q, want_k, want_v, *b.args()[3:])
+    assert rel_err(interpreted.paged_attention(*b.args()), ref) < TOLERANCE[torch.bfloat16]
