@@ -1,0 +1,147 @@
+"""LLMEngine end to end: copy-on-write samples, seeded sampling, aborts, streaming, metrics."""
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig, ModelConfig
+from engine.llm_engine import LLMEngine
+from engine.model import Llama
+from engine.reference import reference_generate
+from engine.sampling_params import SamplingParams
+from engine.sequence import SequenceStatus
+from engine.tokenizer import byte_tokenizer
+
+TINY = ModelConfig(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
+                   intermediate_size=128, vocab_size=256, max_position_embeddings=2048, name="tiny-random")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Llama.random(TINY, seed=5).eval()
+
+
+def drain(engine: LLMEngine) -> list:
+    events = []
+    while engine.has_unfinished():
+        events += engine.step()
+    return events
+
+
+def test_n_samples_share_prompt_blocks_until_they_diverge(model):
+    prompt = list(range(10, 50))                  # 40 tokens: blocks 0-1 full, block 2 half full
+    engine = LLMEngine(model, EngineConfig(block_size=16))
+    ids = engine.add_request("r", prompt, SamplingParams(temperature=1.0, n=4, max_tokens=6, seed=0, ignore_eos=True))
+    assert ids == ["r:0", "r:1", "r:2", "r:3"]
+    engine.step()                                 # prefill once, then fork: four samples, one prompt
+    state = engine.allocator_state()
+    prompt_blocks = state.tables["r:0"]
+    assert len(prompt_blocks) == 3
+    for name in ids:
+        assert state.tables[name] == prompt_blocks
+    for b in prompt_blocks:
+        assert state.blocks[b].ref_count == 4 and sorted(state.blocks[b].owners) == ids
+    assert engine.block_manager.num_blocks - engine.num_free_blocks() == 3
+
+    engine.step()                                 # each writes its own token into block 2: copy-on-write
+    record = engine.trace.records[-1]
+    assert record.blocks_copied == 3              # the last writer keeps the original
+    state = engine.allocator_state()
+    for b in prompt_blocks[:2]:
+        assert state.blocks[b].ref_count == 4     # the full prompt blocks are still shared
+    tails = {state.tables[name][2] for name in ids}
+    assert len(tails) == 4 and all(state.blocks[b].ref_count == 1 for b in tails)
+    drain(engine)
+    outs = [engine.take_output(name) for name in ids]
+    assert all(len(o.token_ids) == 6 for o in outs)
+    assert len({tuple(o.token_ids) for o in outs}) > 1     # they did diverge
+    assert engine.num_free_blocks() == engine.block_manager.num_blocks
+
+
+def test_greedy_n_samples_all_match_the_reference(model):
+    prompt = list(range(3, 35))
+    engine = LLMEngine(model, EngineConfig(block_size=8))
+    engine.eos_token_ids = frozenset()
+    engine.add_request("g", prompt, SamplingParams(temperature=0.0, n=3, max_tokens=9))
+    drain(engine)
+    want = reference_generate(model, prompt, 9)
+    assert [engine.take_output(f"g:{i}").token_ids for i in range(3)] == [want] * 3
+
+
+def sampled_tokens(model, companions: int, seed: int) -> list[int]:
+    engine = LLMEngine(model, EngineConfig(block_size=16, max_num_batched_tokens=40))
+    for i in range(companions):               # other traffic changes batch composition and step order
+        engine.add_request(f"other{i}", list(range(i, i + 30)), SamplingParams(temperature=1.0, max_tokens=5))
+    engine.add_request("me", list(range(100, 140)),
+                       SamplingParams(temperature=0.9, top_k=50, top_p=0.9, max_tokens=12, seed=seed, ignore_eos=True))
+    drain(engine)
+    return engine.take_output("me").token_ids
+
+
+def test_seeded_sampling_is_reproducible_whatever_shares_the_batch(model):
+    alone = sampled_tokens(model, 0, seed=1234)
+    assert sampled_tokens(model, 3, seed=1234) == alone
+    assert sampled_tokens(model, 0, seed=99) != alone
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_abort_frees_every_block_wherever_the_request_is(model, mode):
+    engine = LLMEngine(model, EngineConfig(block_size=8, num_kv_blocks=24, max_num_batched_tokens=64,
+                                           preemption_mode=mode))
+    for i in range(6):
+        engine.add_request(str(i), list(range(i, i + 50)), SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True))
+    for _ in range(40):
+        engine.step()
+    statuses = {engine.sequence_status(str(i)) for i in range(6)}
+    assert {SequenceStatus.RUNNING, SequenceStatus.WAITING} <= statuses     # some admitted, some queued
+    if mode == "swap":
+        assert SequenceStatus.SWAPPED in statuses                            # and one in the swap space
+    for i in range(6):
+        engine.abort(str(i))
+    assert not engine.has_unfinished()
+    assert engine.num_free_blocks() == engine.block_manager.num_blocks
+    swap_blocks = engine.config.swap_space_blocks if mode == "swap" else 0
+    assert not engine.block_manager.swapped and len(engine.block_manager.swap_free) == swap_blocks
+    assert engine.take_output("0").finish_reason == "abort"
+
+
+def test_streaming_events_text_and_metrics(model):
+    engine = LLMEngine(model, EngineConfig(block_size=16), tokenizer=byte_tokenizer())
+    engine.add_request("s", "hello paged world", SamplingParams(temperature=0.0, max_tokens=7))
+    events = [e for e in drain(engine) if e.request_id == "s"]
+    out = engine.take_output("s")
+    assert [e.token_id for e in events] == out.token_ids
+    assert events[-1].finished and not any(e.finished for e in events[:-1])
+    assert "".join(e.text_delta for e in events) == out.text
+    m = out.metrics
+    assert 0 < m.ttft_s <= m.e2e_s and len(m.itl_s) == len(out.token_ids) - 1 and all(x >= 0 for x in m.itl_s)
+    assert out.prompt == "hello paged world"
+
+
+def test_stop_string_and_eos_end_a_request(model):
+    tok = byte_tokenizer()
+    engine = LLMEngine(model, EngineConfig(block_size=16), tokenizer=tok)
+    free_run = reference_generate(model, tok.encode("abc").ids, 12)
+    stop_token = free_run[4]
+    engine.eos_token_ids = frozenset({stop_token})
+    engine.add_request("e", "abc", SamplingParams(temperature=0.0, max_tokens=12))
+    drain(engine)
+    out = engine.take_output("e")
+    first = free_run.index(stop_token)
+    assert out.finish_reason == "stop" and out.token_ids == free_run[:first + 1]
+
+    text = tok.decode(free_run[:6])
+    stop = text[-2:]
+    engine.eos_token_ids = frozenset()
+    engine.add_request("s", "abc", SamplingParams(temperature=0.0, max_tokens=12, stop=[stop]))
+    drain(engine)
+    out = engine.take_output("s")
+    assert out.finish_reason == "stop" and stop not in out.text and len(out.token_ids) <= 6
+
+
+def test_requests_that_can_never_fit_are_refused(model):
+    engine = LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=4))
+    with pytest.raises(ValueError):
+        engine.add_request("big", list(range(60)), SamplingParams(max_tokens=10))
+    engine = LLMEngine(model, EngineConfig(block_size=16, enable_chunked_prefill=False, max_num_batched_tokens=32))
+    with pytest.raises(ValueError):
+        engine.add_request("long", list(range(30)), SamplingParams(max_tokens=10))
