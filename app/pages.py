@@ -64,8 +64,12 @@ def sidebar_html(entries: list[TocEntry], links: Links, current: str | None) -> 
             else:
                 lis.append(f'<li><a href="{html.escape(links.chapter(e.slug))}">{label}</a></li>')
         groups.append(f'<h2 class="toc-part">{part}. {esc(name)}</h2><ol class="toc-list">{"".join(lis)}</ol>')
-    return ('<nav class="toc" aria-label="Table of contents"><details class="toc-details" open>'
-            '<summary>Contents</summary>' + "".join(groups) + "</details></nav>")
+    # Wide screens get the list itself; narrow ones a closed <details> above the chapter, so the
+    # text starts on the first screen. CSS shows exactly one of the two.
+    inner = "".join(groups)
+    return ('<nav class="toc" aria-label="Table of contents">'
+            f'<div class="toc-wide"><p class="toc-heading">Contents</p>{inner}</div>'
+            f'<details class="toc-narrow"><summary>Contents</summary>{inner}</details></nav>')
 
 
 def cover_html(entries: list[TocEntry], links: Links) -> str:

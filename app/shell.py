@@ -26,8 +26,13 @@ def pygments_css(dark: bool) -> str:
     return HtmlFormatter(style="github-dark" if dark else "default").get_style_defs(".prose pre code")
 
 
+# Panel's dark theme keeps its mid-blue primary colour, too dark for link text on a dark page.
+_DARK_OVERRIDES = ":host { --ex-accent: #7cc4ff; }"
+
+
 def stylesheets(dark: bool) -> list[str]:
-    return [static_url("app.css"), pygments_css(dark)]
+    sheets = [static_url("app.css"), pygments_css(dark)]
+    return sheets + [_DARK_OVERRIDES] if dark else sheets
 
 
 def html_pane(markup: str, dark: bool, css_classes: list[str] | None = None, math: bool = False,
@@ -36,16 +41,26 @@ def html_pane(markup: str, dark: bool, css_classes: list[str] | None = None, mat
                         css_classes=css_classes or [], sizing_mode="stretch_width", margin=(0, 0), **kw)
 
 
+# Added to the <head> of Panel's page template: phones lay out at their real width (without this
+# they pretend to be 980 px wide), and the dark theme tells the browser to draw dark scrollbars.
+_HEAD = """{% block preamble %}{{ super() }}
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="description" content="An interactive explainer of LLM and vLLM inference, from the ground up.">
+{% if theme_name == "dark" %}<meta name="color-scheme" content="dark">{% endif %}
+{% endblock %}"""
+
+
 def page(*, title: str, header: str, sidebar: str, main: list, dark: bool) -> pn.viewable.Viewable:
     doc = pn.state.curdoc
     if doc is not None:
+        doc.template = _HEAD          # Panel renders a str template as `{% extends base %}` + it
         doc.template_variables["app_favicon"] = static_url("favicon.svg")
         doc.template_variables["apple_icon"] = static_url("favicon.svg")
     header_pane = html_pane(header, dark, ["ex-header"])
     sidebar_pane = html_pane(sidebar, dark, ["ex-sidebar"])
     main_col = pn.Column(*main, css_classes=["ex-main"], stylesheets=stylesheets(dark),
                          sizing_mode="stretch_width", margin=(0, 0))
-    body = pn.FlexBox(sidebar_pane, main_col, flex_wrap="nowrap", css_classes=["ex-shell"],
+    body = pn.FlexBox(sidebar_pane, main_col, flex_wrap="wrap", css_classes=["ex-shell"],
                       stylesheets=stylesheets(dark), sizing_mode="stretch_width", margin=(0, 0))
     root = pn.Column(header_pane, body, sizing_mode="stretch_width", css_classes=["ex-root"],
                      stylesheets=stylesheets(dark), styles={"padding": "0 clamp(.8rem, 3vw, 2rem)"})

@@ -32,6 +32,7 @@ _CSS = """
 .gen-stats { font-size: .9em; color: var(--panel-on-background-color, #333); margin: 0; }
 .gen-stats b { font-variant-numeric: tabular-nums; }
 .gen-status { font-size: .9em; margin: 0; }
+.gen-title { margin: 0; font-size: .95em; color: var(--panel-on-background-color, #333); }
 .gen-status.failed { color: #c0392b; }
 """
 
@@ -68,15 +69,19 @@ class GenerateWidget(pn.viewable.Viewer):
         self._button = pn.widgets.Button(name="Generate", button_type="primary", disabled=True,
                                          css_classes=["gen-button"], width=140)
         self._status = pn.pane.HTML("", stylesheets=[_CSS], css_classes=["gen-status-pane"],
-                                    sizing_mode="stretch_width", margin=(0, 10))
+                                    sizing_mode="stretch_width", align="center", margin=(0, 10))
         self._output = pn.pane.HTML(self._output_html(), stylesheets=[_CSS], css_classes=["gen-output"],
                                     sizing_mode="stretch_width")
         self._stats = pn.pane.HTML(self._stats_html(), stylesheets=[_CSS], css_classes=["gen-counter"],
                                    sizing_mode="stretch_width")
         self._button.on_click(self._on_click)
+        title = pn.pane.HTML(
+            '<p class="gen-title"><b>Live demo · generate</b> — type a prompt, press Generate, and watch '
+            "the model write its reply one token at a time. Each token costs one forward pass.</p>",
+            stylesheets=[_CSS], sizing_mode="stretch_width")
         self._layout = pn.Column(
-            self._prompt, pn.Row(self._button, self._status, sizing_mode="stretch_width"),
-            self._output, self._stats, sizing_mode="stretch_width", css_classes=["widget-generate"])
+            title, self._prompt, pn.Row(self._button, self._status, sizing_mode="stretch_width"),
+            self._output, self._stats, sizing_mode="stretch_width", css_classes=["gen-widget"])
         self._show_engine_state()
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             pn.state.onload(self._on_load)

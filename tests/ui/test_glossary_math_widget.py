@@ -1,0 +1,123 @@
+"""Glossary tooltips on hover and keyboard focus; math typeset offline; the generate widget runs."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from app.content import list_chapters  # noqa: E402
+from app.glossary import load_glossary  # noqa: E402
+
+CHAPTERS = list_chapters(strict=True)
+GLOSSARY = load_glossary()
+FOCUSED_TERM = """() => { let a = document.activeElement;
+  while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+  return a && a.classList.contains('gl-term') ? a.id || a.getAttribute('aria-describedby') : null; }"""
+
+
+def _chapter_with_terms():
+    for ch in CHAPTERS:
+        if "[[" in ch.body:
+            return ch
+    pytest.skip("no chapter marks a glossary term yet")
+
+
+def test_hover_shows_definition(app):
+    ch = _chapter_with_terms()
+    page = app.open(f"?chapter={ch.slug}")
+    term = page.locator(".gl-term").first
+    tip = term.locator(".gl-tip")
+    assert not tip.is_visible()
+    term.hover()
+    tip.wait_for(state="visible")
+    name = tip.locator("strong").inner_text()
+    entry = GLOSSARY.lookup(name)
+    assert entry is not None and entry.short[:40] in tip.inner_text()
+    link = tip.locator("a").get_attribute("href")
+    assert link.startswith("?page=glossary#") and link.endswith(entry.anchor)
+    app.screenshot("tooltip-hover-1280")
+    app.assert_clean()
+
+
+def test_keyboard_focus_shows_definition(app):
+    ch = _chapter_with_terms()
+    page = app.open(f"?chapter={ch.slug}")
+    for _ in range(80):         # Tab through header and sidebar links until a term has focus
+        page.keyboard.press("Tab")
+        tip_id = page.evaluate(FOCUSED_TERM)
+        if tip_id:
+            break
+    else:
+        pytest.fail("Tab never reached a glossary term")
+    tip = page.locator(f"#{tip_id}")
+    tip.wait_for(state="visible")
+    assert len(tip.inner_text()) > 20
+    app.assert_clean()
+
+
+def test_tooltip_link_opens_glossary_entry(app):
+    ch = _chapter_with_terms()
+    page = app.open(f"?chapter={ch.slug}")
+    term = page.locator(".gl-term").first
+    term.hover()
+    term.locator(".gl-tip a").click()
+    page.wait_for_url("**page=glossary#**")
+    app.wait_rendered()
+    anchor = page.url.rsplit("#", 1)[1]
+    assert page.locator(f"dt#{anchor}").count() == 1
+    app.assert_clean()
+
+
+def test_later_uses_are_plain_text(app):
+    ch = _chapter_with_terms()
+    page = app.open(f"?chapter={ch.slug}")
+    names = page.locator(".gl-term > .gl-tip > strong").all_inner_texts()
+    assert len(names) == len(set(names)), "a term got a second tooltip in one chapter"
+    app.assert_clean()
+
+
+def test_math_is_typeset_offline(app):
+    ch = next((c for c in CHAPTERS if "$$" in c.body or "$" in c.body), None)
+    if ch is None:
+        pytest.skip("no chapter has math yet")
+    page = app.open(f"?chapter={ch.slug}")
+    page.wait_for_selector("mjx-container svg", timeout=20_000)
+    assert page.locator("mjx-container").count() >= 1
+    # No TeX delimiter is left untypeset in the prose.
+    text = " ".join(page.locator(".prose").all_inner_texts())
+    assert "\\(" not in text and "\\[" not in text
+    app.screenshot(f"math-{ch.slug}-1280")
+    app.assert_clean()     # includes: no request left localhost
+
+
+def test_generate_widget_streams_tokens_and_counts_passes(app):
+    ch = next((c for c in CHAPTERS if "::: widget generate" in c.body), None)
+    if ch is None:
+        pytest.skip("no chapter uses the generate widget")
+    page = app.open(f"?chapter={ch.slug}")
+    widget = page.locator(".widget-generate")
+    widget.scroll_into_view_if_needed()
+    # A loading state (never a blank box) until the shared engine is ready, then the button.
+    assert widget.locator(".gen-status").inner_text()
+    button = widget.locator(".gen-button button")
+    page.wait_for_selector(".widget-generate .gen-button button:not([disabled])", timeout=180_000)
+    widget.locator("textarea").fill("Name one colour. <b>bold?</b>")
+    button.click()
+    page.wait_for_function(
+        """() => { const q = (r, s) => { for (const el of r.querySelectorAll('*')) {
+              if (el.matches(s)) return el; if (el.shadowRoot) { const f = q(el.shadowRoot, s); if (f) return f; } }
+              return null; };
+            const s = q(document, '.gen-stats'); return s && s.textContent.includes('stopped'); }""",
+        timeout=120_000)
+    passes = int(widget.locator(".gen-passes").inner_text())
+    tokens = widget.locator(".gen-out .tok").count()
+    assert passes >= 1 and passes == tokens
+    assert "measured on" in widget.locator(".gen-stats").inner_text()
+    assert widget.locator(".gen-out b").count() == 0      # model/user text is escaped, never markup
+    page.wait_for_selector(".widget-generate .gen-button button:not([disabled])")
+    widget.screenshot(path=str(Path(__file__).resolve().parents[2] / "artifacts" / "screenshots" /
+                               "generate-widget-1280.png"))
+    app.assert_clean()
