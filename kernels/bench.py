@@ -20,16 +20,28 @@ import torch
 import torch.nn.functional as F
 
 from .scenarios import make_paged_batch
-from .triton_attention import paged_attention
+from .triton_attention import choose_num_splits, paged_attention
 
 # SmolLM2-135M attention shapes.
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 9, 3, 64
 
 
-def _bench_ms(fn) -> float:
+def _bench_ms(fn, rep_ms: int = 100) -> float:
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
+
+
+def warm_gpu(seconds: float = 0.5) -> None:
+    """Run matrix products until the clocks have left idle, so the first rows are not timed cold."""
+    import time
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
 
 
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
@@ -53,6 +65,7 @@ def _best_sdpa(fn) -> tuple[float, str]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     best = (float("inf"), "none")
+    fn()  # the default choice must work; the loop below only looks for a faster backend
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
         try:
             with sdpa_kernel([backend]):
@@ -70,7 +83,6 @@ def _row(name: str, batch, groups: list[tuple[int, int, int]], block_size: int, 
     seqs = [(seq_len, q_len) for n, seq_len, q_len in groups for _ in range(n)]
     b = make_paged_batch(seqs, num_heads=NUM_HEADS, num_kv_heads=NUM_KV_HEADS, head_dim=HEAD_DIM,
                          block_size=block_size, dtype=dtype, device="cuda", spare_blocks=0, extra_table_cols=0)
-    ms = _bench_ms(lambda: paged_attention(*b.args()))
     out = paged_attention(*b.args())
 
     # The peer: per group, contiguous K/V and an SDPA call (bottom-right causal for prefill chunks).
@@ -93,14 +105,21 @@ def _row(name: str, batch, groups: list[tuple[int, int, int]], block_size: int, 
         for q, k, v, mask in calls:
             F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=b.scale, enable_gqa=True)
 
+    # Alternate the two twice and keep each one's best median: clock drift hits both alike.
+    ms = _bench_ms(lambda: paged_attention(*b.args()))
     sdpa_ms, sdpa_backend = _best_sdpa(sdpa_all)
+    ms = min(ms, _bench_ms(lambda: paged_attention(*b.args())))
+    sdpa_ms = min(sdpa_ms, _best_sdpa(sdpa_all)[0])
 
     elem = torch.finfo(dtype).bits // 8
     kv_bytes = sum(n * seq_len for n, seq_len, _ in groups) * NUM_KV_HEADS * HEAD_DIM * elem * 2
     qo_bytes = 2 * b.q.numel() * elem
     achieved = (kv_bytes + qo_bytes) / (ms * 1e-3) / 1e9
+    decode = len(groups) == 1 and groups[0][2] == 1
+    splits = (choose_num_splits(batch, NUM_KV_HEADS, b.block_tables.shape[1] * block_size,
+                                torch.cuda.get_device_properties(0).multi_processor_count) if decode else 1)
     return {
-        "name": name, "batch": batch, "groups": [list(g) for g in groups],
+        "name": name, "batch": batch, "groups": [list(g) for g in groups], "num_splits": splits,
         "time_us": round(ms * 1e3, 2), "bytes": kv_bytes + qo_bytes, "achieved_gbs": round(achieved, 1),
         "fraction_of_copy_bw": round(achieved / copy_gbs, 3),
         "sdpa_time_us": round(sdpa_ms * 1e3, 2), "sdpa_backend": sdpa_backend,
@@ -120,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     torch.manual_seed(0)
+    warm_gpu()
     copy_gbs = copy_bandwidth_gbs()
     rows = []
     for batch in (int(x) for x in args.batches.split(",")):

@@ -58,7 +58,7 @@ def make_paged_batch(
 
     slots = []
     for s, (seq_len, q_len) in enumerate(seqs):
-        assert 1 <= q_len <= seq_len, (seq_len, q_len)
+        assert 0 <= q_len <= seq_len and seq_len >= 1, (seq_len, q_len)
         pos = torch.arange(seq_len - q_len, seq_len)
         slots.append(block_tables[s, pos // block_size].long() * block_size + pos % block_size)
     q_lens = torch.tensor([q_len for _, q_len in seqs])

@@ -35,6 +35,10 @@ _LOG2E = 1.4426950408889634
 # Below this many key positions per split, a split costs more (launch, partials) than it saves.
 _MIN_TOKENS_PER_SPLIT = 256
 _MAX_SPLITS = 64
+# Decode wants several resident programs per SM to keep enough loads in flight (tuned on an H200).
+_PROGRAMS_PER_SM = 8
+_DECODE_TILE_N = 128
+_PREFILL_TILE_N = 64
 
 
 @triton.jit
@@ -53,29 +57,16 @@ def _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
-def _paged_attention_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, qsl_ptr,
-    out_ptr, part_acc_ptr, part_ml_ptr,
-    scale_log2, num_seqs, num_heads,
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_cb, stride_co, stride_ch, stride_bt,
+def _attend_query_block(
+    q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
+    scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
+    kv_head, split, local_block, q_start, q_len, seq_len,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    q_block = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
-
-    seq = _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q)
-    q_start = tl.load(qsl_ptr + seq)
-    q_len = tl.load(qsl_ptr + seq + 1) - q_start
-    local_block = q_block - (q_start // BLOCK_Q + seq)
-    if local_block * BLOCK_Q >= q_len:
-        return  # a spare program id: this sequence has fewer query blocks than its id range
-    seq_len = tl.load(seq_lens_ptr + seq)
+    """Attention of one query block (BLOCK_Q queries x GROUP heads) over its split of the keys."""
     first_pos = seq_len - q_len  # absolute position of the sequence's first query
-
     rows = tl.arange(0, BLOCK_M)
     q_idx = local_block * BLOCK_Q + rows // GROUP
     head = kv_head * GROUP + rows % GROUP
@@ -97,7 +88,6 @@ def _paged_attention_kernel(
     m = tl.full([BLOCK_M], -1.0e30, tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    table = block_tables_ptr + seq.to(tl.int64) * stride_bt
     offs_n = tl.arange(0, TILE_N)
     for tile in range(tile_lo, tile_hi):
         k_pos = tile * TILE_N + offs_n
@@ -128,6 +118,49 @@ def _paged_attention_kernel(
 
 
 @triton.jit
+def _paged_attention_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, qsl_ptr,
+    out_ptr, part_acc_ptr, part_ml_ptr,
+    scale_log2, num_seqs, num_heads,
+    stride_qt, stride_qh, stride_ot, stride_oh,
+    stride_cb, stride_co, stride_ch, stride_bt,
+    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr, SEQ_PER_PROGRAM: tl.constexpr,
+):
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    if SEQ_PER_PROGRAM:
+        # Decode batches: program i owns sequence i (no search), looping over its query blocks in
+        # case one holds more than BLOCK_Q queries after all.
+        seq = tl.program_id(0)
+        q_start = tl.load(qsl_ptr + seq)
+        q_len = tl.load(qsl_ptr + seq + 1) - q_start
+        seq_len = tl.load(seq_lens_ptr + seq)
+        table = block_tables_ptr + seq.to(tl.int64) * stride_bt
+        for local_block in range(0, tl.cdiv(q_len, BLOCK_Q)):
+            _attend_query_block(
+                q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
+                scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
+                kv_head, split, local_block, q_start, q_len, seq_len,
+                BLOCK_SIZE, GROUP, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
+    else:
+        q_block = tl.program_id(0)
+        seq = _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q)
+        q_start = tl.load(qsl_ptr + seq)
+        q_len = tl.load(qsl_ptr + seq + 1) - q_start
+        seq_len = tl.load(seq_lens_ptr + seq)
+        table = block_tables_ptr + seq.to(tl.int64) * stride_bt
+        local_block = q_block - (q_start // BLOCK_Q + seq)
+        if local_block * BLOCK_Q < q_len:  # else a spare id: the sequence has fewer query blocks
+            _attend_query_block(
+                q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
+                scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
+                kv_head, split, local_block, q_start, q_len, seq_len,
+                BLOCK_SIZE, GROUP, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
+
+
+@triton.jit
 def _merge_splits_kernel(
     part_acc_ptr, part_ml_ptr, out_ptr, num_heads, stride_ot, stride_oh,
     HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
@@ -152,12 +185,11 @@ def _num_sms(device_index: int) -> int:
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:
-    """Splits for a decode batch: enough programs for ~2 per SM, but no split under 256 keys."""
-    programs = num_seqs * num_kv_heads
-    want = triton.cdiv(2 * num_sms, programs)
+    """Splits for a decode batch: about _PROGRAMS_PER_SM programs per SM, no split under 256 keys."""
+    want = triton.cdiv(_PROGRAMS_PER_SM * num_sms, num_seqs * num_kv_heads)
     cap = max(1, max_context // _MIN_TOKENS_PER_SPLIT)
     splits = min(want, cap, _MAX_SPLITS)
-    return 1 if splits <= 1 else 1 << (splits.bit_length() - 1)  # a power of two, rounded down
+    return 1 << (splits.bit_length() - 1)  # a power of two, rounded down
 
 
 def paged_attention(
@@ -171,6 +203,7 @@ def paged_attention(
     *,
     num_splits: int | None = None,
     tile_n: int | None = None,
+    block_m: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
 ) -> torch.Tensor:
@@ -188,16 +221,18 @@ def paged_attention(
     if num_tokens == 0 or num_seqs == 0:
         return out
 
-    # One query per sequence means decode: pack only the GROUP heads (small BLOCK_M) and maybe split.
+    # As many queries as sequences: a decode batch (known from shapes alone, no device sync). Then
+    # each program owns one sequence, packs only its GROUP heads, and long contexts are split.
+    # The kernel stays correct if the guess is wrong (some q_len 0, another 2): it loops over blocks.
     decode = num_tokens == num_seqs
-    block_m = max(16 if decode else 64, triton.next_power_of_2(group))
+    block_m = block_m or max(16 if decode else 64, triton.next_power_of_2(group))
     block_q = block_m // group
     if num_splits is None:
         num_splits = 1
         if decode:
             max_context = block_tables.shape[1] * block_size
             num_splits = choose_num_splits(num_seqs, num_kv_heads, max_context, _num_sms(q.device.index or 0))
-    tile_n = tile_n or 64
+    tile_n = tile_n or (_DECODE_TILE_N if decode else _PREFILL_TILE_N)
     num_warps = num_warps or 4
     num_stages = num_stages or (3 if decode else 2)
 
@@ -207,8 +242,8 @@ def paged_attention(
     else:
         part_acc = part_ml = out  # unused: the kernel writes the output directly
 
-    grid = (num_tokens // block_q + num_seqs, num_kv_heads, num_splits)
-    _paged_attention_kernel[grid](
+    programs = num_seqs if decode else num_tokens // block_q + num_seqs
+    _paged_attention_kernel[(programs, num_kv_heads, num_splits)](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
         out, part_acc, part_ml,
         scale * _LOG2E, num_seqs, num_heads,
@@ -217,6 +252,7 @@ def paged_attention(
         BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim,
         BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
         NUM_SPLITS=num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        SEQ_PER_PROGRAM=decode,
         num_warps=num_warps, num_stages=num_stages,
     )
     if num_splits > 1:

@@ -228,3 +228,16 @@ def test_triton_write_then_attend_round_trip(interpreted):
     assert torch.equal(b.k_cache, want_k) and torch.equal(b.v_cache, want_v)
     ref = reference.paged_attention(b.q, want_k, want_v, *b.args()[3:])
     assert rel_err(interpreted.paged_attention(*b.args()), ref) < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("num_splits", [1, 2])
+def test_triton_decode_layout_survives_a_batch_that_only_looks_like_decode(interpreted, num_splits):
+    # As many queries as sequences, yet one sequence has 7 queries (more than one query block) and
+    # the others none: the decode fast path must still cover every query.
+    g = torch.Generator().manual_seed(50)
+    seqs = [(30, 7)] + [(5 + i, 0) for i in range(6)]
+    b = make_paged_batch(seqs, block_size=16, generator=g)
+    assert b.q.shape[0] == len(seqs)
+    ref = reference.paged_attention(*b.args())
+    out = interpreted.paged_attention(*b.args(), num_splits=num_splits, tile_n=16)
+    assert rel_err(out, ref) < TOLERANCE[torch.float32]
