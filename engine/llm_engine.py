@@ -43,6 +43,10 @@ class LLMEngine:
         self.device, self.dtype = weight.device, weight.dtype
         num_blocks = num_blocks_for(model.config, config.block_size, self.dtype, self.device,
                                     config.num_kv_blocks, config.kv_cache_bytes)
+        if config.num_kv_blocks is None:    # a memory budget: never more than the batch could ever fill
+            full_batch = config.max_num_seqs * -(-min(config.max_model_len, model.config.max_position_embeddings)
+                                                 // config.block_size)
+            num_blocks = min(num_blocks, full_batch)
         num_swap = config.swap_space_blocks if config.preemption_mode == "swap" else 0
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching, num_swap)
         self.kv_cache = KVCache(model.config, num_blocks, config.block_size, self.dtype, self.device, num_swap)

@@ -22,6 +22,15 @@ EOS = 2
 MAX_TOKENS = 10
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matrices: extra intra-op threads only fight each other (and other jobs) for the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def model() -> Llama:
     torch.manual_seed(0)
