@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
@@ -44,21 +45,21 @@ def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
     return dtype
 
 
-def build_model(cfg: EngineConfig) -> tuple[Llama, TextTokenizer, torch.device, torch.dtype]:
+def build_model(cfg: EngineConfig) -> tuple[Llama, TextTokenizer, torch.device, torch.dtype, Path | None]:
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     if cfg.random_weights:
-        model, tokenizer = Llama.random(ModelConfig(), seed=cfg.seed), byte_tokenizer()
+        model, tokenizer, source = Llama.random(ModelConfig(), seed=cfg.seed), byte_tokenizer(), None
     else:
         loaded = load_weights(cfg.model)
         model = Llama(loaded.config)
         missing, unexpected = model.load_state_dict(loaded.state_dict, strict=False)
         if unexpected or [m for m in missing if m != "lm_head.weight"]:
             raise RuntimeError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
-        tokenizer = loaded.tokenizer
+        tokenizer, source = loaded.tokenizer, loaded.source
     model = model.to(device=device, dtype=dtype).eval()
     log(f"model {model.config.name} ready on {device} in {str(dtype).removeprefix('torch.')}")
-    return model, tokenizer, device, dtype
+    return model, tokenizer, device, dtype, source
 
 
 class LLM:
@@ -66,7 +67,7 @@ class LLM:
                  random_weights: bool = False, **engine_kwargs):
         self.engine_config = EngineConfig(model=model, device=device, dtype=dtype,
                                           random_weights=random_weights, **engine_kwargs)
-        self.model, self.tokenizer, self.device, self.dtype = build_model(self.engine_config)
+        self.model, self.tokenizer, self.device, self.dtype, self.source = build_model(self.engine_config)
         self.config: ModelConfig = self.model.config
         self.tokenizers = TokenizerRegistry(self.tokenizer)
         self._lock = threading.Lock()     # one request at a time through the reference loop
