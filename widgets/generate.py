@@ -64,9 +64,9 @@ class GenerateWidget(pn.viewable.Viewer):
         self._prompt_tokens = 0
 
         self._prompt = pn.widgets.TextAreaInput(
-            name="Prompt", value=prompt[:MAX_PROMPT_CHARS], max_length=MAX_PROMPT_CHARS, rows=2,
+            label="Prompt", value=prompt[:MAX_PROMPT_CHARS], max_length=MAX_PROMPT_CHARS, rows=2,
             sizing_mode="stretch_width", css_classes=["gen-prompt"])
-        self._button = pn.widgets.Button(name="Generate", button_type="primary", disabled=True,
+        self._button = pn.widgets.Button(label="Generate", color="primary", disabled=True,
                                          css_classes=["gen-button"], width=140)
         self._status = pn.pane.HTML("", stylesheets=[_CSS], css_classes=["gen-status-pane"],
                                     sizing_mode="stretch_width", align="center", margin=(0, 10))
@@ -130,7 +130,7 @@ class GenerateWidget(pn.viewable.Viewer):
         self._tokens, self._first_s = [], None
         self._t_start = self._t_last = time.perf_counter()
         self._button.disabled = True
-        self._button.name = "Generating…"
+        self._button.label = "Generating…"
         self._output.object = self._output_html(prompt)
         self._stats.object = self._stats_html()
         threading.Thread(target=self._worker, args=(llm, prompt, params), daemon=True,
@@ -173,7 +173,7 @@ class GenerateWidget(pn.viewable.Viewer):
         if finished and self._poll is not None:
             self._poll.stop()
             self._poll = None
-            self._button.name = "Generate"
+            self._button.label = "Generate"
             self._button.disabled = False
 
     # -- HTML (every piece of user or model text is escaped) ----------------------------------
