@@ -1,0 +1,226 @@
+"""`python -m engine bench serve-sim`: a synthetic serving workload through the engine, as JSON.
+
+The four traffic patterns of the serving chapters (input / output lengths in tokens):
+
+    summarization    ISL 2000-4000   OSL 100-300     prefill-heavy: TTFT is the pain
+    chatbot          ISL   50-200    OSL 100-500     balanced; each prompt also starts with one shared
+                                                     system prompt (100 tokens, scaled, at least 2 blocks)
+    codegen          ISL  200-500    OSL 500-2000    decode-heavy: KV memory is the pain
+    mixed            a third of each, shuffled
+
+Each run is measured twice on the same engine settings: continuous batching, and static batching
+(admission only into an empty batch, finished requests keep their seat until the batch ends).
+`--small` is the CPU smoke version: a tiny random-weights model and lengths scaled by 0.1.
+Token ids are random: with random weights text means nothing; lengths and timings are what count.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .config import EngineConfig, ModelConfig
+from .llm_engine import LLMEngine
+from .model import Llama
+from .sampling_params import SamplingParams
+
+PATTERNS = {  # (ISL range, OSL range)
+    "summarization": ((2000, 4000), (100, 300)),
+    "chatbot": ((50, 200), (100, 500)),
+    "codegen": ((200, 500), (500, 2000)),
+}
+SYSTEM_PROMPT_TOKENS = 100      # chatbot requests start with the same system prompt (scaled with lengths)
+MIN_SYSTEM_PROMPT_TOKENS = 32   # ... but never under two 16-token blocks, so prefix caching has something to reuse
+TINY = ModelConfig(num_layers=4, hidden_size=128, num_heads=4, num_kv_heads=2, head_dim=32,
+                   intermediate_size=256, vocab_size=512, max_position_embeddings=8192, name="tiny-random")
+
+
+@dataclass(slots=True)
+class SimRequest:
+    request_id: str
+    pattern: str
+    prompt_ids: list[int]
+    output_len: int
+    arrival_s: float            # offset from the start of the run
+
+
+def make_workload(pattern: str, num_requests: int, scale: float, vocab: int, rate: float, seed: int) -> list[SimRequest]:
+    rng = random.Random(seed)
+    system = [rng.randrange(3, vocab) for _ in range(max(MIN_SYSTEM_PROMPT_TOKENS, int(SYSTEM_PROMPT_TOKENS * scale)))]
+    kinds = [pattern] * num_requests if pattern != "mixed" else [list(PATTERNS)[i % 3] for i in range(num_requests)]
+    if pattern == "mixed":
+        rng.shuffle(kinds)
+    out, t = [], 0.0
+    for i, kind in enumerate(kinds):
+        (i_lo, i_hi), (o_lo, o_hi) = PATTERNS[kind]
+        isl = max(1, int(rng.randint(i_lo, i_hi) * scale))
+        osl = max(1, int(rng.randint(o_lo, o_hi) * scale))
+        prompt = [rng.randrange(3, vocab) for _ in range(isl)]
+        if kind == "chatbot":
+            prompt = system + prompt
+        if rate != float("inf"):
+            t += rng.expovariate(rate)
+        out.append(SimRequest(f"{kind}-{i}", kind, prompt, osl, t))
+    return out
+
+
+def pct(values: list[float], scale: float = 1.0) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    a = np.asarray(values) * scale
+    return {"mean": round(float(a.mean()), 3), "p50": round(float(np.percentile(a, 50)), 3),
+            "p90": round(float(np.percentile(a, 90)), 3), "p99": round(float(np.percentile(a, 99)), 3)}
+
+
+def run_once(model: Llama, cfg: EngineConfig, workload: list[SimRequest], static: bool) -> dict:
+    engine = LLMEngine(model, cfg, static_batching=static)
+    engine.eos_token_ids = frozenset()           # lengths are the workload's, not the random model's
+    pending = sorted(workload, key=lambda r: r.arrival_s)
+    steps = preempt = batch_sum = tokens_sum = padding = 0
+    usage, hits, queries = [], 0, 0
+    start = time.perf_counter()
+    while pending or engine.has_unfinished():
+        now = time.perf_counter() - start
+        while pending and pending[0].arrival_s <= now:
+            r = pending.pop(0)
+            engine.add_request(r.request_id, r.prompt_ids, SamplingParams(temperature=0.0, max_tokens=r.output_len),
+                               arrival_s=start + r.arrival_s)
+        if not engine.has_unfinished():
+            time.sleep(min(0.01, max(0.0, pending[0].arrival_s - now)))
+            continue
+        engine.step()
+        rec = engine.trace.records[-1]
+        steps += 1
+        preempt += len(rec.preempted)
+        batch_sum += len(rec.entries)
+        tokens_sum += rec.num_batched_tokens
+        usage.append(rec.kv_usage)
+        hits += rec.prefix_hit_tokens
+        queries += rec.prefix_query_tokens
+        padding += sum(1 for e in rec.entries if e.kind == "decode" and _is_padding(engine, e.seq_id))
+    duration = time.perf_counter() - start
+    outs = [engine.take_output(r.request_id) for r in workload]
+    assert all(o is not None and len(o.token_ids) == r.output_len for o, r in zip(outs, workload))
+    n_in = sum(len(r.prompt_ids) for r in workload)
+    n_out = sum(len(o.token_ids) for o in outs)
+    return {
+        "duration_s": round(duration, 3),
+        "requests_per_s": round(len(workload) / duration, 3),
+        "output_tokens_per_s": round(n_out / duration, 2),
+        "total_tokens_per_s": round((n_in + n_out) / duration, 2),
+        "ttft_ms": pct([o.metrics.ttft_s for o in outs], 1e3),
+        "itl_ms": pct([x for o in outs for x in o.metrics.itl_s], 1e3),
+        "e2e_s": pct([o.metrics.e2e_s for o in outs]),
+        "steps": steps,
+        "mean_batch_size": round(batch_sum / max(1, steps), 2),
+        "mean_tokens_per_step": round(tokens_sum / max(1, steps), 2),
+        "padding_decodes": padding,
+        "preemptions": preempt,
+        "prefix_cache_hit_rate": round(hits / queries, 4) if queries else 0.0,
+        "kv_usage": {"mean": round(float(np.mean(usage)), 4), "max": round(float(np.max(usage)), 4)},
+        "all_blocks_free_at_end": engine.num_free_blocks() == engine.block_manager.num_blocks,
+    }
+
+
+def _is_padding(engine: LLMEngine, seq_id: int) -> bool:
+    seq = engine.scheduler.running.get(seq_id)
+    return seq is not None and seq.is_padding
+
+
+def load_model(name: str, device: str, dtype: str | None, seed: int) -> tuple[Llama, str]:
+    """'tiny' (random, small shapes), 'smollm2-random' (real shapes, random values), or a real model."""
+    if name == "tiny":
+        dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
+        return Llama.random(TINY, seed=seed).to(dev).eval(), "random"
+    from .llm import build_model        # loads weights (or builds random ones) the way LLM() does
+    model, _, _, _ = build_model(EngineConfig(model=None if name in ("default", "smollm2-random") else name,
+                                              device=device, dtype=dtype, random_weights=name == "smollm2-random",
+                                              seed=seed))
+    return model, "random" if name == "smollm2-random" else "real"
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m engine bench serve-sim", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pattern", choices=[*PATTERNS, "mixed"], default="mixed")
+    p.add_argument("--num-requests", type=int, default=None)
+    p.add_argument("--scale", type=float, default=None, help="multiply every ISL/OSL by this (default 1; 0.1 with --small)")
+    p.add_argument("--small", action="store_true", help="CPU smoke run: tiny random model, 24 requests, lengths x0.1")
+    p.add_argument("--model", default=None, help="tiny | smollm2-random | default | PATH (default: tiny with --small, else default)")
+    p.add_argument("--mode", choices=["both", "continuous", "static"], default="both")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads on CPU")
+    p.add_argument("--request-rate", type=float, default=float("inf"), help="Poisson arrivals per second (inf = all at once)")
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--num-kv-blocks", type=int, default=None)
+    p.add_argument("--preemption-mode", choices=["recompute", "swap"], default="recompute")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--no-chunked-prefill", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    a = parse_args(argv)
+    model_name = a.model or ("tiny" if a.small else "default")
+    scale = a.scale if a.scale is not None else (0.1 if a.small else 1.0)
+    num_requests = a.num_requests or (24 if a.small else 96)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    elif model_name == "tiny":
+        torch.set_num_threads(1)        # tiny matrices: more threads only contend
+    model, weights = load_model(model_name, a.device, a.dtype, a.seed)
+    device = model.embed.weight.device
+    workload = make_workload(a.pattern, num_requests, scale, model.config.vocab_size, a.request_rate, a.seed)
+    longest = max(len(r.prompt_ids) + r.output_len for r in workload)
+    cfg = EngineConfig(block_size=a.block_size, num_kv_blocks=a.num_kv_blocks, max_num_seqs=a.max_num_seqs,
+                       max_num_batched_tokens=max(a.max_num_batched_tokens, longest) if a.no_chunked_prefill
+                       else a.max_num_batched_tokens,
+                       max_model_len=max(longest, 16), enable_prefix_caching=not a.no_prefix_caching,
+                       enable_chunked_prefill=not a.no_chunked_prefill, preemption_mode=a.preemption_mode)
+    # Warm-up (kernel compilation on GPUs, allocator caches everywhere), not measured.
+    run_once(model, cfg, make_workload("chatbot", 2, 0.05, model.config.vocab_size, float("inf"), a.seed + 1), False)
+    modes = ["continuous", "static"] if a.mode == "both" else [a.mode]
+    results = {m: run_once(model, cfg, workload, m == "static") for m in modes}
+    engine_probe = LLMEngine(model, cfg)
+    report = {
+        "benchmark": "serve-sim",
+        "measured_on": describe_device(device),
+        "model": model.config.name, "weights": weights, "dtype": str(model.embed.weight.dtype).removeprefix("torch."),
+        "workload": {"pattern": a.pattern, "num_requests": num_requests, "length_scale": scale,
+                     "request_rate": "all at t=0" if a.request_rate == float("inf") else a.request_rate,
+                     "input_tokens": sum(len(r.prompt_ids) for r in workload),
+                     "output_tokens": sum(r.output_len for r in workload),
+                     "by_pattern": {k: sum(r.pattern == k for r in workload) for k in PATTERNS}},
+        "engine": {"block_size": cfg.block_size, "num_kv_blocks": engine_probe.block_manager.num_blocks,
+                   "max_num_seqs": cfg.max_num_seqs, "max_num_batched_tokens": cfg.max_num_batched_tokens,
+                   "prefix_caching": cfg.enable_prefix_caching, "chunked_prefill": cfg.enable_chunked_prefill,
+                   "preemption_mode": cfg.preemption_mode},
+        "results": results,
+    }
+    if len(results) == 2:
+        c, s = results["continuous"], results["static"]
+        report["continuous_vs_static"] = {
+            "output_throughput_ratio": round(c["output_tokens_per_s"] / s["output_tokens_per_s"], 2),
+            "steps_ratio": round(s["steps"] / c["steps"], 2),
+            "p50_e2e_ratio": round(s["e2e_s"]["p50"] / c["e2e_s"]["p50"], 2),
+        }
+    print(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
