@@ -57,7 +57,7 @@ def build_model(cfg: EngineConfig) -> tuple[Llama, TextTokenizer, torch.device, 
         if unexpected or [m for m in missing if m != "lm_head.weight"]:
             raise RuntimeError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
         tokenizer, source = loaded.tokenizer, loaded.source
-    model = model.to(device=device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)  # inference only
     log(f"model {model.config.name} ready on {device} in {str(dtype).removeprefix('torch.')}")
     return model, tokenizer, device, dtype, source
 
@@ -129,6 +129,12 @@ class LLM:
             prompt_ids = self.tokenizer.encode(self.format_prompt(prompt, chat)).ids
             outputs.append(RequestOutput(request_id, prompt, text, ids, reason, metrics, prompt_ids))
         return outputs
+
+    def inspect(self, text: str, max_tokens: int = 256):
+        """Per-layer tensors of one forward pass over `text` (see engine/inspect.py)."""
+        from .inspect import inspect
+        with self._lock:
+            return inspect(self.model, self.tokenizer, text, max_tokens)
 
     def _new_id(self) -> str:
         self._next_id += 1

@@ -164,17 +164,22 @@ class ContiguousKV:
         return causal_attention(q, self.k[layer], self.v[layer])
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v over one sequence, where the T queries are its last T positions.
+def causal_attention_probs(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d)) for one sequence whose T queries are its last T positions: [heads, T, S].
 
     With grouped-query attention each KV head serves num_heads / num_kv_heads query heads.
     """
     T, S, group = q.shape[0], k.shape[0], q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
-    v = v.repeat_interleave(group, dim=1)
     scores = torch.einsum("thd,shd->hts", q.float(), k.float()) / math.sqrt(q.shape[-1])
     query_pos = torch.arange(S - T, S, device=q.device)[:, None]
     key_pos = torch.arange(S, device=q.device)[None, :]
     scores = scores.masked_fill(key_pos > query_pos, float("-inf"))  # no looking at the future
-    probs = torch.softmax(scores, dim=-1)
+    return torch.softmax(scores, dim=-1)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The attention output: each query's probability-weighted mix of the values, [T, heads, head_dim]."""
+    probs = causal_attention_probs(q, k)
+    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     return torch.einsum("hts,shd->thd", probs, v.float()).to(q.dtype)
