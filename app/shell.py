@@ -47,7 +47,8 @@ _HEAD = """{% block preamble %}{{ super() }}
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="description" content="An interactive explainer of LLM and vLLM inference, from the ground up.">
 {% if theme_name == "dark" %}<meta name="color-scheme" content="dark">{% endif %}
-{% endblock %}"""
+{% endblock %}
+{% block postamble %}{{ super() }}<script src="{{ app_js }}" defer></script>{% endblock %}"""
 
 
 def page(*, title: str, header: str, sidebar: str, main: list, dark: bool) -> pn.viewable.Viewable:
@@ -56,6 +57,7 @@ def page(*, title: str, header: str, sidebar: str, main: list, dark: bool) -> pn
         doc.template = _HEAD          # Panel renders a str template as `{% extends base %}` + it
         doc.template_variables["app_favicon"] = static_url("favicon.svg")
         doc.template_variables["apple_icon"] = static_url("favicon.svg")
+        doc.template_variables["app_js"] = static_url("app.js")
     header_pane = html_pane(header, dark, ["ex-header"])
     sidebar_pane = html_pane(sidebar, dark, ["ex-sidebar"])
     main_col = pn.Column(*main, css_classes=["ex-main"], stylesheets=stylesheets(dark),

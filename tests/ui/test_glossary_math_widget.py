@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -55,7 +56,24 @@ def test_keyboard_focus_shows_definition(app):
     tip = page.locator(f"#{tip_id}")
     tip.wait_for(state="visible")
     assert len(tip.inner_text()) > 20
+    app.screenshot("tooltip-keyboard-1280")
+    page.keyboard.press("Escape")              # dismissible without moving the mouse
+    tip.wait_for(state="hidden")
     app.assert_clean()
+
+
+def test_tooltip_on_a_phone_stays_on_screen(phone):
+    ch = _chapter_with_terms()
+    page = phone.open(f"?chapter={ch.slug}")
+    term = page.locator(".gl-term").nth(2)
+    term.scroll_into_view_if_needed()
+    term.tap()
+    tip = term.locator(".gl-tip")
+    tip.wait_for(state="visible")
+    box = tip.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390 and box["y"] + box["height"] <= 844
+    phone.screenshot("tooltip-tap-390")
+    phone.assert_clean()
 
 
 def test_tooltip_link_opens_glossary_entry(app):
@@ -67,7 +85,9 @@ def test_tooltip_link_opens_glossary_entry(app):
     page.wait_for_url("**page=glossary#**")
     app.wait_rendered()
     anchor = page.url.rsplit("#", 1)[1]
-    assert page.locator(f"dt#{anchor}").count() == 1
+    entry = page.locator(f"dt#{anchor}")
+    assert entry.count() == 1
+    expect(entry).to_be_in_viewport()          # scrolled to, although it lives in a shadow root
     app.assert_clean()
 
 
@@ -89,6 +109,7 @@ def test_math_is_typeset_offline(app):
     # No TeX delimiter is left untypeset in the prose.
     text = " ".join(page.locator(".prose").all_inner_texts())
     assert "\\(" not in text and "\\[" not in text
+    page.locator("mjx-container").first.scroll_into_view_if_needed()
     app.screenshot(f"math-{ch.slug}-1280")
     app.assert_clean()     # includes: no request left localhost
 

@@ -1,0 +1,49 @@
+// Small page helpers. Bokeh renders every pane inside a shadow root, where the browser's own
+// handling of "#anchor" URLs and of :target cannot see, so we do those two jobs here.
+(function () {
+  "use strict";
+
+  function deepFind(root, id) {
+    const hit = root.getElementById ? root.getElementById(id) : null;
+    if (hit) return hit;
+    for (const el of root.querySelectorAll("*")) {
+      if (el.shadowRoot) {
+        const found = deepFind(el.shadowRoot, id);
+        if (found) return found;
+      }
+    }
+    return null;
+  }
+
+  function deepActive() {
+    let a = document.activeElement;
+    while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+    return a;
+  }
+
+  // 1. Scroll to the URL's #anchor (a glossary entry) once it exists, and keep it in place while
+  //    stylesheets and math finish loading and shift the layout; stop as soon as the reader scrolls.
+  const id = decodeURIComponent(window.location.hash.slice(1));
+  if (id) {
+    let ticks = 0, settled = 0, stop = false;
+    const halt = () => { stop = true; };
+    ["wheel", "touchstart", "keydown", "mousedown"].forEach((e) => window.addEventListener(e, halt, { once: true, passive: true }));
+    const timer = setInterval(() => {
+      ticks += 1;
+      const el = stop ? null : deepFind(document, id);
+      if (el) {
+        const top = el.getBoundingClientRect().top;
+        if (Math.abs(top) > 2) { el.scrollIntoView({ block: "start" }); settled = 0; } else { settled += 1; }
+        if (!el.classList.contains("targeted")) el.classList.add("targeted");
+      }
+      if (stop || settled >= 5 || ticks > 100) clearInterval(timer);
+    }, 100);
+  }
+
+  // 2. Escape hides a glossary tooltip that keyboard focus opened (WCAG 1.4.13: dismissible).
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape") return;
+    const a = deepActive();
+    if (a && a.classList && a.classList.contains("gl-term")) a.blur();
+  });
+})();
