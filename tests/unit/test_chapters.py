@@ -1,0 +1,71 @@
+"""The book itself: 21 chapters of the promised length and shape, and a glossary that fits them."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from app.content import list_chapters
+from app.glossary import load_glossary
+from app.render import ChapterRenderer, PlannedWidget, WidgetSegment
+
+CHAPTERS = list_chapters(strict=True)
+GLOSSARY = load_glossary()
+
+
+def body_words(body: str) -> int:
+    """Words a reader reads: code blocks, display math and HTML comments (widget markers) excluded."""
+    for pattern in (r"```.*?```", r"\$\$.*?\$\$", r"<!--.*?-->"):
+        body = re.sub(pattern, "", body, flags=re.S)
+    return len(body.split())
+
+
+def render(chapter):
+    return ChapterRenderer(GLOSSARY, lambda anchor: f"?chapter=glossary#{anchor}").render(chapter.body)
+
+
+def test_there_are_21_chapters_in_four_parts():
+    assert [c.number for c in CHAPTERS] == list(range(1, 22))
+    assert [c.part for c in CHAPTERS] == [1] * 10 + [2] * 4 + [3] * 4 + [4] * 3
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
+def test_chapter_length_is_in_range(chapter):
+    assert 600 <= body_words(chapter.body) <= 1500
+
+
+def test_the_book_is_75_to_90_minutes_of_reading():
+    total = sum(body_words(c.body) for c in CHAPTERS)
+    assert 16_000 <= total <= 22_000, total
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
+def test_chapter_shape(chapter):
+    body = chapter.body
+    assert 2 <= body.count("<summary>Show answer</summary>") <= 3, "two or three questions with hidden answers"
+    assert re.search(r"^#+ .*summary", body, flags=re.I | re.M), "a summary section"
+    if chapter.number < 21:
+        nxt = CHAPTERS[chapter.number]
+        assert f"?chapter={nxt.slug}" in body, "a link to the next chapter"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
+def test_every_marked_term_is_defined_and_every_directive_is_known(chapter):
+    rendered = render(chapter)
+    assert rendered.unknown_terms == []
+    assert rendered.problems == []
+    widgets = [s for s in rendered.segments if isinstance(s, (WidgetSegment, PlannedWidget))]
+    assert widgets, "each chapter places at least one widget (live or planned)"
+
+
+def test_every_glossary_entry_is_used_somewhere():
+    used = {t for c in CHAPTERS for t in render(c).terms_used}
+    unused = sorted(t.term for t in GLOSSARY.terms if t.term not in used)
+    assert unused == []
+    assert len(GLOSSARY.terms) >= 120
+
+
+def test_every_term_is_introduced_in_a_chapter_that_marks_it():
+    by_slug = {c.slug: set(render(c).terms_used) for c in CHAPTERS}
+    wrong = [(t.term, t.chapter) for t in GLOSSARY.terms if t.term not in by_slug[t.chapter]]
+    assert wrong == []
