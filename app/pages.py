@@ -74,6 +74,10 @@ def sidebar_html(entries: list[TocEntry], links: Links, current: str | None) -> 
 
 def cover_html(entries: list[TocEntry], links: Links) -> str:
     total = sum(e.minutes or 0 for e in entries)
+    written = sum(1 for e in entries if e.available)
+    reading = f"about {total} minutes of reading · {len(entries)} sections"
+    if written < len(entries):
+        reading += f" ({written} written so far)"
     first = next((e for e in entries if e.available), None)
     start = (f'<a class="start" href="{html.escape(links.chapter(first.slug))}">Start reading →</a>'
              if first else "")
@@ -94,8 +98,7 @@ def cover_html(entries: list[TocEntry], links: Links) -> str:
         '<article class="prose cover">'
         f'<h1>{esc(SITE_TITLE)}</h1><p class="kicker">A long-form, interactive explainer</p>'
         f'<p class="pitch">{esc(PITCH)}</p>'
-        f'<p class="start-row">{start}<span class="total">about {total} minutes of reading '
-        f'(the sum of the chapters written so far) · {len(entries)} sections</span></p>'
+        f'<p class="start-row">{start}<span class="total">{reading}</span></p>'
         '<h2 class="contents-heading">Contents</h2>' + "".join(parts) + "</article>"
     )
 
@@ -132,20 +135,29 @@ def notice_html(message: str) -> str:
 
 
 def glossary_html(glossary: Glossary, chapter_titles: dict[str, str], links: Links) -> str:
-    items = []
+    """Every term, alphabetical, grouped under letter headings; each entry has an id anchor that
+    tooltips link to, and a permalink to itself."""
+    groups: dict[str, list[str]] = {}
     for t in glossary.sorted_terms():
+        letter = t.term[:1].upper() if t.term[:1].isalpha() else "#"
         intro = ""
         if t.chapter in chapter_titles:
             intro = (f'<p class="gl-intro">Introduced in <a href="{html.escape(links.chapter(t.chapter))}">'
                      f"{esc(chapter_titles[t.chapter])}</a></p>")
         aliases = f'<p class="gl-aliases">Also: {esc(", ".join(t.aliases))}</p>' if t.aliases else ""
-        items.append(
+        long = f"<p>{esc(t.long)}</p>" if t.long and t.long != t.short else ""
+        groups.setdefault(letter, []).append(
             f'<dt id="{html.escape(t.anchor)}"><a class="permalink" href="#{html.escape(t.anchor)}">'
             f"{esc(t.term)}</a></dt>"
-            f'<dd><p>{esc(t.long or t.short)}</p>{aliases}{intro}</dd>')
-    body = "".join(items) or "<p>No glossary entries yet.</p>"
+            f'<dd><p class="gl-short">{esc(t.short)}</p>{long}{aliases}{intro}</dd>')
+    index = " ".join(f'<a href="#letter-{"sym" if k == "#" else k.lower()}">{esc(k)}</a>' for k in groups)
+    sections = "".join(
+        f'<h2 class="gl-letter" id="letter-{"sym" if k == "#" else k.lower()}">{esc(k)}</h2>'
+        f'<dl class="gl-list">{"".join(v)}</dl>' for k, v in groups.items())
+    body = sections or "<p>No glossary entries yet.</p>"
     return (f'<article class="prose glossary"><h1>Glossary</h1><p>{len(glossary.terms)} terms, '
-            f'alphabetical. Each links to the chapter that introduces it.</p><dl class="gl-list">{body}</dl></article>')
+            "alphabetical. Each links to the chapter that introduces it.</p>"
+            f'<nav class="gl-index" aria-label="Glossary letters">{index}</nav>{body}</article>')
 
 
 def not_found_html(what: str, links: Links) -> str:

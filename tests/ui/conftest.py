@@ -28,13 +28,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 LOCAL_PREFIXES = ("http://localhost:", "ws://localhost:", "http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:")
 
 
-def pytest_collection_modifyitems(config, items):
-    # Everything in this folder drives a browser.
-    for item in items:
-        if "tests/ui/" in str(item.fspath).replace(os.sep, "/"):
-            item.add_marker(pytest.mark.ui)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,10 +4,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.content import list_chapters  # noqa: E402
 
+pytestmark = pytest.mark.ui
 CHAPTERS = list_chapters(strict=True)
 
 

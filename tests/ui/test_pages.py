@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from app.content import list_chapters  # noqa: E402
 from app.render import DIRECTIVE_RE  # noqa: E402
 
+pytestmark = pytest.mark.ui
 CHAPTERS = list_chapters(strict=True)
 
 
