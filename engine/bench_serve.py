@@ -138,9 +138,9 @@ def load_model(name: str, device: str, dtype: str | None, seed: int) -> tuple[Ll
         dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
         return Llama.random(TINY, seed=seed).to(dev).eval(), "random"
     from .llm import build_model        # loads weights (or builds random ones) the way LLM() does
-    model, _, _, _ = build_model(EngineConfig(model=None if name in ("default", "smollm2-random") else name,
+    model = build_model(EngineConfig(model=None if name in ("default", "smollm2-random") else name,
                                               device=device, dtype=dtype, random_weights=name == "smollm2-random",
-                                              seed=seed))
+                                              seed=seed))[0]
     return model, "random" if name == "smollm2-random" else "real"
 
 
@@ -185,14 +185,15 @@ def main(argv: list[str] | None = None) -> dict:
     model, weights = load_model(model_name, a.device, a.dtype, a.seed)
     device = model.embed.weight.device
     workload = make_workload(a.pattern, num_requests, scale, model.config.vocab_size, a.request_rate, a.seed)
-    longest = max(len(r.prompt_ids) + r.output_len for r in workload)
+    warmup = make_workload("chatbot", 2, 0.05, model.config.vocab_size, float("inf"), a.seed + 1)
+    longest = max(len(r.prompt_ids) + r.output_len for r in workload + warmup)
     cfg = EngineConfig(block_size=a.block_size, num_kv_blocks=a.num_kv_blocks, max_num_seqs=a.max_num_seqs,
                        max_num_batched_tokens=max(a.max_num_batched_tokens, longest) if a.no_chunked_prefill
                        else a.max_num_batched_tokens,
                        max_model_len=max(longest, 16), enable_prefix_caching=not a.no_prefix_caching,
                        enable_chunked_prefill=not a.no_chunked_prefill, preemption_mode=a.preemption_mode)
     # Warm-up (kernel compilation on GPUs, allocator caches everywhere), not measured.
-    run_once(model, cfg, make_workload("chatbot", 2, 0.05, model.config.vocab_size, float("inf"), a.seed + 1), False)
+    run_once(model, cfg, warmup, False)
     modes = ["continuous", "static"] if a.mode == "both" else [a.mode]
     results = {m: run_once(model, cfg, workload, m == "static") for m in modes}
     engine_probe = LLMEngine(model, cfg)

@@ -98,3 +98,21 @@ def test_greedy_tokens_match_reference(model, prompts, expected, caching, chunke
     # no leak: every block is free again, and nothing is left in the swap space
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
     assert not engine.block_manager.tables and not engine.block_manager.swapped
+
+
+@pytest.mark.slow
+def test_real_model_greedy_tokens_match_reference():
+    from engine.llm import build_model
+
+    real, tokenizer = build_model(EngineConfig(device="cpu"))[:2]
+    texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a land far away, there"]
+    prompts = [tokenizer.encode(t).ids for t in texts]
+    want = [reference_generate(real, p, 8, tokenizer.eos_token_id) for p in prompts]
+    engine = LLMEngine(real, EngineConfig(block_size=4, num_kv_blocks=8, max_num_batched_tokens=8),
+                       tokenizer=tokenizer)       # tiny blocks, budget and cache: chunking and preemption
+    for i, p in enumerate(prompts):
+        engine.add_request(str(i), p, SamplingParams(temperature=0.0, max_tokens=8))
+    while engine.has_unfinished():
+        engine.step()
+    assert [engine.take_output(str(i)).token_ids for i in range(3)] == want
+    assert any(r.preempted for r in engine.trace)
