@@ -65,8 +65,11 @@ class LLMEngine:
 
     # -- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None,
-                    arrival_s: float | None = None) -> list[str]:
-        """Queue a request; returns the ids its outputs will carry (request_id, or request_id:i for n > 1)."""
+                    arrival_s: float | None = None, prompt_text: str | None = None) -> list[str]:
+        """Queue a request; returns the ids its outputs will carry (request_id, or request_id:i for n > 1).
+
+        `prompt` is text (tokenized here) or token ids; `prompt_text` names the text that token ids
+        came from, for the RequestOutput."""
         params = params or SamplingParams()
         if request_id in self._requests:
             raise ValueError(f"request {request_id!r} is already running")
@@ -75,7 +78,7 @@ class LLMEngine:
                 raise ValueError("a text prompt needs a tokenizer; pass token ids instead")
             text, ids = prompt, self.tokenizer.encode(prompt).ids
         else:
-            text, ids = None, list(prompt)
+            text, ids = prompt_text, list(prompt)
         self._check_fits(len(ids), params)
         seq = Sequence(next(self._seq_ids), request_id, ids, params,
                        arrival_s if arrival_s is not None else time.perf_counter(),
@@ -113,6 +116,9 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    def unfinished_request_ids(self) -> list[str]:
+        return list(self._requests)
 
     def take_output(self, output_id: str) -> RequestOutput | None:
         """The RequestOutput of a finished (or aborted) sample, handed over once."""
