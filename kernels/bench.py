@@ -6,8 +6,8 @@ Prints one JSON object. Decode reads every K/V byte of the batch once and does l
 its floor is bytes / bandwidth; the bandwidth is measured in the same run as a large device-to-device
 copy (bytes read + bytes written). The peer is torch's scaled_dot_product_attention on contiguous
 [batch, kv_heads, context, head_dim] K/V with enable_gqa=True, best over its fused backends.
-Times are medians from triton.testing.do_bench, which clears the L2 cache before every call, so small
-shapes are timed from device memory as well; they are GPU times, without the Python launch overhead.
+time_us is GPU time with L2 cleared before each call (see timing.py); eager_call_us adds what a
+Python caller pays per call, launch overhead included.
 """
 
 from __future__ import annotations
@@ -20,36 +20,11 @@ import torch
 import torch.nn.functional as F
 
 from .scenarios import make_paged_batch
+from .timing import copy_bandwidth_gbs, eager_call_us, gpu_time_us, warm_gpu
 from .triton_attention import choose_num_splits, paged_attention
 
 # SmolLM2-135M attention shapes.
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 9, 3, 64
-
-
-def _bench_ms(fn, rep_ms: int = 100) -> float:
-    from triton.testing import do_bench
-
-    return float(do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
-
-
-def warm_gpu(seconds: float = 0.5) -> None:
-    """Run matrix products until the clocks have left idle, so the first rows are not timed cold."""
-    import time
-
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(10):
-            a @ a
-        torch.cuda.synchronize()
-
-
-def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy of nbytes: the practical memory-bandwidth ceiling, in GB/s."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    ms = _bench_ms(lambda: dst.copy_(src))
-    return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
 def _contiguous_kv(cache: torch.Tensor, block_tables: torch.Tensor, context: int) -> torch.Tensor:
@@ -61,19 +36,19 @@ def _contiguous_kv(cache: torch.Tensor, block_tables: torch.Tensor, context: int
 
 
 def _best_sdpa(fn) -> tuple[float, str]:
-    """Time fn under each fused SDPA backend that accepts it; return the fastest."""
+    """GPU time of fn under each fused SDPA backend that accepts it; the fastest (us, name)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    best = (float("inf"), "none")
     fn()  # the default choice must work; the loop below only looks for a faster backend
+    best = (float("inf"), "none")
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION):
         try:
             with sdpa_kernel([backend]):
                 fn()  # raises if this backend cannot run these inputs
-                ms = _bench_ms(fn)
+                us = gpu_time_us(fn)
         except RuntimeError:
             continue
-        best = min(best, (ms, backend.name.lower()))
+        best = min(best, (us, backend.name.lower()))
     return best
 
 
@@ -105,25 +80,24 @@ def _row(name: str, batch, groups: list[tuple[int, int, int]], block_size: int, 
         for q, k, v, mask in calls:
             F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=b.scale, enable_gqa=True)
 
-    # Alternate the two twice and keep each one's best median: clock drift hits both alike.
-    ms = _bench_ms(lambda: paged_attention(*b.args()))
-    sdpa_ms, sdpa_backend = _best_sdpa(sdpa_all)
-    ms = min(ms, _bench_ms(lambda: paged_attention(*b.args())))
-    sdpa_ms = min(sdpa_ms, _best_sdpa(sdpa_all)[0])
+    us = gpu_time_us(lambda: paged_attention(*b.args()))
+    sdpa_us, sdpa_backend = _best_sdpa(sdpa_all)
 
     elem = torch.finfo(dtype).bits // 8
     kv_bytes = sum(n * seq_len for n, seq_len, _ in groups) * NUM_KV_HEADS * HEAD_DIM * elem * 2
     qo_bytes = 2 * b.q.numel() * elem
-    achieved = (kv_bytes + qo_bytes) / (ms * 1e-3) / 1e9
+    achieved = (kv_bytes + qo_bytes) / (us * 1e-6) / 1e9
     decode = len(groups) == 1 and groups[0][2] == 1
     splits = (choose_num_splits(batch, NUM_KV_HEADS, b.block_tables.shape[1] * block_size,
                                 torch.cuda.get_device_properties(0).multi_processor_count) if decode else 1)
     return {
         "name": name, "batch": batch, "groups": [list(g) for g in groups], "num_splits": splits,
-        "time_us": round(ms * 1e3, 2), "bytes": kv_bytes + qo_bytes, "achieved_gbs": round(achieved, 1),
+        "time_us": round(us, 2), "bytes": kv_bytes + qo_bytes, "achieved_gbs": round(achieved, 1),
         "fraction_of_copy_bw": round(achieved / copy_gbs, 3),
-        "sdpa_time_us": round(sdpa_ms * 1e3, 2), "sdpa_backend": sdpa_backend,
-        "speedup_vs_sdpa": round(sdpa_ms / ms, 3), "rel_err_vs_sdpa": float(f"{err:.2e}"),
+        "sdpa_time_us": round(sdpa_us, 2), "sdpa_backend": sdpa_backend,
+        "speedup_vs_sdpa": round(sdpa_us / us, 3), "rel_err_vs_sdpa": float(f"{err:.2e}"),
+        "eager_call_us": round(eager_call_us(lambda: paged_attention(*b.args())), 1),
+        "sdpa_eager_call_us": round(eager_call_us(sdpa_all), 1),
     }
 
 
@@ -159,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": "bfloat16", "num_heads": NUM_HEADS, "num_kv_heads": NUM_KV_HEADS, "head_dim": HEAD_DIM,
         "block_size": args.block_size,
         "copy_bandwidth_gbs": round(copy_gbs, 1),
-        "timing": "median GPU time (triton do_bench, L2 cleared before each call)",
+        "timing": ("time_us: median GPU time of one call, L2 cleared before it (CUDA graph of flush+call "
+                   "minus graph of flush); eager_call_us: wall time per back-to-back Python call, warm L2"),
         "rows": rows,
     }
     print(json.dumps(report, indent=1))

@@ -38,6 +38,7 @@ _MAX_SPLITS = 64
 # Decode wants several resident programs per SM to keep enough loads in flight (tuned on an H200).
 _PROGRAMS_PER_SM = 8
 _DECODE_TILE_N = 128
+_DECODE_ALL_KV_HEADS = False
 _PREFILL_TILE_N = 64
 
 
@@ -60,26 +61,33 @@ def _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q: tl.constexpr):
 def _attend_query_block(
     q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
     scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
-    kv_head, split, local_block, q_start, q_len, seq_len,
-    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    kv_head0, split, local_block, q_start, q_len, seq_len,
+    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, KV_PER_PROGRAM: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    """Attention of one query block (BLOCK_Q queries x GROUP heads) over its split of the keys."""
+    """Attention of one query block over its split of the keys, for KV_PER_PROGRAM kv heads.
+
+    Rows are (query, head) pairs; columns are (key position, kv head) pairs, kv head fastest, which
+    is the cache's own order inside a block, so a tile is one contiguous run per cache block. A row
+    only sees the columns of its own kv head (and, causally, positions up to its own).
+    """
+    HEADS: tl.constexpr = GROUP * KV_PER_PROGRAM  # query heads this program serves
     first_pos = seq_len - q_len  # absolute position of the sequence's first query
     rows = tl.arange(0, BLOCK_M)
-    q_idx = local_block * BLOCK_Q + rows // GROUP
-    head = kv_head * GROUP + rows % GROUP
-    row_ok = (rows < BLOCK_Q * GROUP) & (q_idx < q_len)
+    q_idx = local_block * BLOCK_Q + rows // HEADS
+    head = kv_head0 * GROUP + rows % HEADS
+    row_ok = (rows < BLOCK_Q * HEADS) & (q_idx < q_len)
     q_pos = first_pos + q_idx
     dims = tl.arange(0, HEAD_DIM)
     token = q_start + q_idx
     q = tl.load(q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
                 mask=row_ok[:, None], other=0.0)
 
-    # Causal: the block's last query sees keys [0, kv_end); later tiles are never read.
+    # Causal: the block's last query sees positions [0, kv_end); later tiles are never read.
     kv_end = tl.minimum(first_pos + (local_block + 1) * BLOCK_Q, seq_len)
-    num_tiles = tl.cdiv(kv_end, TILE_N)
+    num_cols = kv_end * KV_PER_PROGRAM
+    num_tiles = tl.cdiv(num_cols, TILE_N)
     tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
     tile_lo = split * tiles_per_split
     tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
@@ -88,16 +96,20 @@ def _attend_query_block(
     m = tl.full([BLOCK_M], -1.0e30, tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    offs_n = tl.arange(0, TILE_N)
+    cols = tl.arange(0, TILE_N)
     for tile in range(tile_lo, tile_hi):
-        k_pos = tile * TILE_N + offs_n
-        k_ok = k_pos < kv_end
-        block = tl.load(table + k_pos // BLOCK_SIZE, mask=k_ok, other=0).to(tl.int64)
-        kv_off = block * stride_cb + (k_pos % BLOCK_SIZE) * stride_co + kv_head * stride_ch
-        k = tl.load(k_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
-        v = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=k_ok[:, None], other=0.0)
+        col = tile * TILE_N + cols
+        k_pos = col // KV_PER_PROGRAM
+        k_head = col % KV_PER_PROGRAM  # relative to kv_head0
+        col_ok = col < num_cols
+        block = tl.load(table + k_pos // BLOCK_SIZE, mask=col_ok, other=0).to(tl.int64)
+        kv_off = block * stride_cb + (k_pos % BLOCK_SIZE) * stride_co + (kv_head0 + k_head) * stride_ch
+        k = tl.load(k_cache_ptr + kv_off[:, None] + dims[None, :], mask=col_ok[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_off[:, None] + dims[None, :], mask=col_ok[:, None], other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [BLOCK_M, TILE_N]
-        visible = k_ok[None, :] & (k_pos[None, :] <= q_pos[:, None])
+        visible = col_ok[None, :] & (k_pos[None, :] <= q_pos[:, None])
+        if KV_PER_PROGRAM > 1:
+            visible = visible & (k_head[None, :] == (rows % HEADS)[:, None] // GROUP)
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         alpha = tl.exp2(m - m_new)
@@ -124,11 +136,11 @@ def _paged_attention_kernel(
     scale_log2, num_seqs, num_heads,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_cb, stride_co, stride_ch, stride_bt,
-    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, KV_PER_PROGRAM: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr, SEQ_PER_PROGRAM: tl.constexpr,
 ):
-    kv_head = tl.program_id(1)
+    kv_head0 = tl.program_id(1) * KV_PER_PROGRAM
     split = tl.program_id(2)
     if SEQ_PER_PROGRAM:
         # Decode batches: program i owns sequence i (no search), looping over its query blocks in
@@ -142,8 +154,8 @@ def _paged_attention_kernel(
             _attend_query_block(
                 q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
                 scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
-                kv_head, split, local_block, q_start, q_len, seq_len,
-                BLOCK_SIZE, GROUP, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
+                kv_head0, split, local_block, q_start, q_len, seq_len,
+                BLOCK_SIZE, GROUP, KV_PER_PROGRAM, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
     else:
         q_block = tl.program_id(0)
         seq = _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q)
@@ -156,8 +168,8 @@ def _paged_attention_kernel(
             _attend_query_block(
                 q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
                 scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
-                kv_head, split, local_block, q_start, q_len, seq_len,
-                BLOCK_SIZE, GROUP, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
+                kv_head0, split, local_block, q_start, q_len, seq_len,
+                BLOCK_SIZE, GROUP, KV_PER_PROGRAM, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
 
 
 @triton.jit
@@ -202,6 +214,7 @@ def paged_attention(
     scale: float,
     *,
     num_splits: int | None = None,
+    kv_per_program: int | None = None,
     tile_n: int | None = None,
     block_m: int | None = None,
     num_warps: int | None = None,
@@ -225,13 +238,17 @@ def paged_attention(
     # each program owns one sequence, packs only its GROUP heads, and long contexts are split.
     # The kernel stays correct if the guess is wrong (some q_len 0, another 2): it loops over blocks.
     decode = num_tokens == num_seqs
-    block_m = block_m or max(16 if decode else 64, triton.next_power_of_2(group))
-    block_q = block_m // group
+    kv_per_program = kv_per_program or (num_kv_heads if decode and _DECODE_ALL_KV_HEADS else 1)
+    assert num_kv_heads % kv_per_program == 0
+    heads = group * kv_per_program  # query heads one program serves
+    block_m = block_m or max(16 if decode else 64, triton.next_power_of_2(heads))
+    block_q = block_m // heads
     if num_splits is None:
         num_splits = 1
         if decode:
             max_context = block_tables.shape[1] * block_size
-            num_splits = choose_num_splits(num_seqs, num_kv_heads, max_context, _num_sms(q.device.index or 0))
+            num_splits = choose_num_splits(num_seqs, num_kv_heads // kv_per_program, max_context,
+                                           _num_sms(q.device.index or 0))
     tile_n = tile_n or (_DECODE_TILE_N if decode else _PREFILL_TILE_N)
     num_warps = num_warps or 4
     num_stages = num_stages or (3 if decode else 2)
@@ -243,13 +260,13 @@ def paged_attention(
         part_acc = part_ml = out  # unused: the kernel writes the output directly
 
     programs = num_seqs if decode else num_tokens // block_q + num_seqs
-    _paged_attention_kernel[(programs, num_kv_heads, num_splits)](
+    _paged_attention_kernel[(programs, num_kv_heads // kv_per_program, num_splits)](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
         out, part_acc, part_ml,
         scale * _LOG2E, num_seqs, num_heads,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        BLOCK_SIZE=block_size, GROUP=group, HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size, GROUP=group, KV_PER_PROGRAM=kv_per_program, HEAD_DIM=head_dim,
         BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
         NUM_SPLITS=num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         SEQ_PER_PROGRAM=decode,

@@ -52,6 +52,8 @@ def test_mixed_batch_matches_reference(dtype, block_size):
                    block_size=block_size, table_fill=rng.choice([-1, 0]))
     ref = reference.paged_attention(*b.args())
     assert rel_err(kernels.paged_attention(*b.args()), ref) < TOLERANCE[dtype]
+    out = kernels.paged_attention_triton(*b.args(), kv_per_program=3)
+    assert rel_err(out, ref) < TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("batch,context", [(1, 9000), (3, 5000), (64, 700), (200, 33)])
@@ -63,8 +65,9 @@ def test_decode_matches_reference(batch, context, dtype):
     ref = reference.paged_attention(*b.args())
     assert rel_err(kernels.paged_attention(*b.args()), ref) < TOLERANCE[dtype]
     for splits in (1, 8):  # the split-KV path and the direct one, whatever the heuristic picked
-        out = kernels.paged_attention_triton(*b.args(), num_splits=splits)
-        assert rel_err(out, ref) < TOLERANCE[dtype]
+        for kv_per_program in (1, 3):  # one kv head per program, or all of them
+            out = kernels.paged_attention_triton(*b.args(), num_splits=splits, kv_per_program=kv_per_program)
+            assert rel_err(out, ref) < TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("num_heads,num_kv_heads,head_dim", [(9, 3, 64), (8, 1, 128), (4, 4, 32), (12, 4, 64)])

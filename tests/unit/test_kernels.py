@@ -241,3 +241,18 @@ def test_triton_decode_layout_survives_a_batch_that_only_looks_like_decode(inter
     ref = reference.paged_attention(*b.args())
     out = interpreted.paged_attention(*b.args(), num_splits=num_splits, tile_n=16)
     assert rel_err(out, ref) < TOLERANCE[torch.float32]
+
+
+@pytest.mark.parametrize("seqs,num_splits", [
+    ([(37, 37), (50, 13), (20, 1), (1, 1)], 1),     # prefill, chunk and decode in one call
+    ([(75, 1), (1, 1), (17, 1), (40, 1)], 4),       # decode with split-KV
+    ([(30, 7)] + [(5 + i, 0) for i in range(6)], 2),  # looks like decode, is not
+])
+def test_triton_all_kv_heads_in_one_program(interpreted, seqs, num_splits):
+    # The layout where one program reads every kv head of a cache block in one contiguous run and
+    # masks each query head to its own kv head's columns.
+    g = torch.Generator().manual_seed(60 + num_splits)
+    b = make_paged_batch(seqs, block_size=16, dtype=torch.bfloat16, generator=g)
+    ref = reference.paged_attention(*b.args())
+    out = interpreted.paged_attention(*b.args(), kv_per_program=3, num_splits=num_splits, tile_n=32)
+    assert rel_err(out, ref) < TOLERANCE[torch.bfloat16]
