@@ -39,6 +39,7 @@ def header_html(links: Links, dark: bool, chapter: str | None, page: str | None)
     icon = "☀" if dark else "☾"
     return (
         '<header class="site-header">'
+        '<a class="skip-link" href="#main-content">Skip to the text</a>'
         f'<a class="brand" href="{html.escape(links.cover())}">{esc(SITE_TITLE)}</a>'
         '<nav class="header-links" aria-label="Site">'
         f'<a href="{html.escape(links.cover())}">Contents</a>'
@@ -96,7 +97,7 @@ def cover_html(entries: list[TocEntry], links: Links) -> str:
                      f'<ol class="cover-list">{"".join(rows)}</ol></section>')
     return (
         '<article class="prose cover">'
-        f'<h1>{esc(SITE_TITLE)}</h1><p class="kicker">A long-form, interactive explainer</p>'
+        f'<h1 id="main-content">{esc(SITE_TITLE)}</h1><p class="kicker">A long-form, interactive explainer</p>'
         f'<p class="pitch">{esc(PITCH)}</p>'
         f'<p class="start-row">{start}<span class="total">{reading}</span></p>'
         '<h2 class="contents-heading">Contents</h2>' + "".join(parts) + "</article>"
@@ -108,7 +109,7 @@ def chapter_head_html(ch: Chapter) -> str:
         '<header class="prose chapter-head">'
         f'<p class="eyebrow">Section {ch.number:02d} · {esc(PARTS.get(ch.part, ""))} · '
         f'{_minutes(ch.minutes)} read</p>'
-        f"<h1>{esc(ch.title)}</h1>"
+        f'<h1 id="main-content">{esc(ch.title)}</h1>'
         + (f'<p class="subtitle">{esc(ch.subtitle)}</p>' if ch.subtitle else "")
         + "</header>"
     )
@@ -155,7 +156,7 @@ def glossary_html(glossary: Glossary, chapter_titles: dict[str, str], links: Lin
         f'<h2 class="gl-letter" id="letter-{"sym" if k == "#" else k.lower()}">{esc(k)}</h2>'
         f'<dl class="gl-list">{"".join(v)}</dl>' for k, v in groups.items())
     body = sections or "<p>No glossary entries yet.</p>"
-    return (f'<article class="prose glossary"><h1>Glossary</h1><p>{len(glossary.terms)} terms, '
+    return (f'<article class="prose glossary"><h1 id="main-content">Glossary</h1><p>{len(glossary.terms)} terms, '
             "alphabetical. Each links to the chapter that introduces it.</p>"
             f'<nav class="gl-index" aria-label="Glossary letters">{index}</nav>{body}</article>')
 
@@ -163,7 +164,7 @@ def glossary_html(glossary: Glossary, chapter_titles: dict[str, str], links: Lin
 def not_found_html(what: str, links: Links) -> str:
     # `what` comes from the URL: escaped, and cut short so a 10 kB slug cannot flood the page.
     shown = what if len(what) <= 60 else what[:57] + "…"
-    return ('<article class="prose not-found"><h1>No such chapter</h1>'
+    return ('<article class="prose not-found"><h1 id="main-content">No such chapter</h1>'
             f'<p>There is no chapter called “<code>{esc(shown)}</code>”.</p>'
             f'<p><a href="{html.escape(links.cover())}">Back to the contents</a> or open the '
             f'<a href="{html.escape(links.glossary())}">glossary</a>.</p></article>')

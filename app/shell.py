@@ -5,6 +5,7 @@ the contents sit above the chapter as a collapsible block and the text takes the
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import panel as pn
@@ -22,8 +23,18 @@ def static_url(name: str) -> str:
 
 @lru_cache(maxsize=2)
 def pygments_css(dark: bool) -> str:
-    # Token colours for highlighted code, scoped to code blocks inside our prose.
-    return HtmlFormatter(style="github-dark" if dark else "default").get_style_defs(".prose pre code")
+    """Token colours for highlighted code, scoped to code blocks inside our prose. The style's own
+    background is dropped: on an inline <code> it paints a box behind every line; the block's
+    background comes from app.css instead."""
+    css = HtmlFormatter(style="github-dark" if dark else "default").get_style_defs(".prose pre code")
+    keep = []
+    for line in css.splitlines():
+        if not line.startswith(".prose pre code"):
+            continue                      # unscoped rules (pre, line numbers) we do not use
+        if line.startswith(".prose pre code {"):
+            line = re.sub(r"background(-color)?:[^;}]*;?", "", line)
+        keep.append(line)
+    return "\n".join(keep)
 
 
 # Panel's dark theme keeps its mid-blue primary colour, too dark for link text on a dark page.

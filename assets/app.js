@@ -40,7 +40,18 @@
     }, 100);
   }
 
-  // 2. Escape hides a glossary tooltip that keyboard focus opened (WCAG 1.4.13: dismissible).
+  // 2. "Skip to the text": move keyboard focus to the page's main heading, inside its shadow root.
+  document.addEventListener("click", (e) => {
+    const a = e.composedPath()[0];
+    const link = a && a.closest ? a.closest("a.skip-link") : null;
+    if (!link) return;
+    e.preventDefault();
+    e.stopPropagation();
+    const h = deepFind(document, "main-content");
+    if (h) { h.tabIndex = -1; h.focus(); h.scrollIntoView({ block: "start" }); }
+  }, true);
+
+  // 3. Escape hides a glossary tooltip that keyboard focus opened (WCAG 1.4.13: dismissible).
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape") return;
     const a = deepActive();

@@ -143,3 +143,21 @@ def test_generate_widget_streams_tokens_and_counts_passes(app):
     widget.screenshot(path=str(Path(__file__).resolve().parents[2] / "artifacts" / "screenshots" /
                                "generate-widget-1280.png"))
     app.assert_clean()
+
+
+def test_one_engine_is_shared_by_all_sessions(browser, server):
+    """Two readers in separate browser contexts see the same engine: the same load report."""
+    ch = next((c for c in CHAPTERS if "::: widget generate" in c.body), None)
+    if ch is None:
+        pytest.skip("no chapter uses the generate widget")
+    from conftest import AppPage
+    reports = []
+    for _ in range(2):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        ap = AppPage(ctx.new_page(), server)
+        page = ap.open(f"?chapter={ch.slug}")
+        page.wait_for_selector(".widget-generate .gen-button button:not([disabled])", timeout=180_000)
+        reports.append(page.locator(".widget-generate .gen-status").inner_text())
+        ap.assert_clean()
+        ctx.close()
+    assert "loaded in" in reports[0] and reports[0] == reports[1]

@@ -103,3 +103,20 @@ def test_keyboard_reaches_controls_with_visible_focus(app):
     # The focus ring is drawn (outline not 'none' and wider than zero).
     assert all(s["outline"] != "none" and s["width"] != "0px" for s in links), links
     app.assert_clean()
+
+
+def test_skip_link_moves_focus_to_the_text(app):
+    page = app.open(f"?chapter={CHAPTERS[0].slug}")
+    page.keyboard.press("Tab")
+    first = page.evaluate(DEEP_ACTIVE)
+    assert first and "skip-link" in first["cls"]
+    assert page.locator(".skip-link").is_visible()     # shown while focused
+    page.keyboard.press("Enter")
+    page.wait_for_function("""() => { let a = document.activeElement;
+        while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+        return a && a.id === 'main-content'; }""")
+    # The next Tab lands in the chapter, past the header and the 21 sidebar links.
+    page.keyboard.press("Tab")
+    nxt = page.evaluate(DEEP_ACTIVE)
+    assert nxt and "toc" not in (nxt["cls"] or "") and nxt["text"] not in ("Contents", "Glossary")
+    app.assert_clean()
