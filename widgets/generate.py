@@ -42,6 +42,7 @@ class _Event:
     """What the worker thread hands to the page: a token, the end, or an error."""
     kind: str                    # "token" | "done" | "error"
     delta: str = ""
+    token_id: int = -1
     at_s: float = 0.0            # time.perf_counter() when the token arrived
     reason: str | None = None
     error: str = ""
@@ -57,7 +58,7 @@ class GenerateWidget(pn.viewable.Viewer):
         self._queue: queue.Queue[_Event] = queue.Queue()
         self._cancel = threading.Event()
         self._poll = None
-        self._tokens: list[str] = []
+        self._tokens: list[tuple[int, str]] = []     # (token id, the text it completed)
         self._t_start = 0.0
         self._t_last = 0.0
         self._first_s: float | None = None
@@ -144,7 +145,7 @@ class GenerateWidget(pn.viewable.Viewer):
             for ev in stream:
                 if self._cancel.is_set():
                     break
-                self._queue.put(_Event("token", ev.text_delta, time.perf_counter()))
+                self._queue.put(_Event("token", ev.text_delta, ev.token_id, time.perf_counter()))
                 if ev.finished:
                     self._queue.put(_Event("done", reason=ev.finish_reason))
                     return
@@ -163,7 +164,7 @@ class GenerateWidget(pn.viewable.Viewer):
             except queue.Empty:
                 break
             if ev.kind == "token":
-                self._tokens.append(ev.delta)
+                self._tokens.append((ev.token_id, ev.delta))
                 self._first_s = self._first_s if self._first_s is not None else ev.at_s - self._t_start
                 self._t_last = ev.at_s
             else:
@@ -181,7 +182,9 @@ class GenerateWidget(pn.viewable.Viewer):
         if prompt is None:
             return ('<div class="gen-out" aria-live="polite"><span class="placeholder">'
                     "Press Generate: the reply appears here one token at a time.</span></div>")
-        toks = "".join(f'<span class="tok">{html.escape(t)}</span>' for t in self._tokens)
+        # Hovering a token shows its id: the number the model actually produced.
+        toks = "".join(f'<span class="tok" title="token id {tid}">{html.escape(t)}</span>'
+                       for tid, t in self._tokens)
         err = f'<br><span class="placeholder">Stopped: {html.escape(error)}</span>' if error else ""
         return f'<div class="gen-out" aria-live="polite">{toks}{err}</div>'
 

@@ -120,3 +120,15 @@ def test_skip_link_moves_focus_to_the_text(app):
     nxt = page.evaluate(DEEP_ACTIVE)
     assert nxt and "toc" not in (nxt["cls"] or "") and nxt["text"] not in ("Contents", "Glossary")
     app.assert_clean()
+
+
+def test_chapter_link_opens_in_a_new_tab(app):
+    page = app.open()
+    target = CHAPTERS[1]
+    with page.context.expect_page() as new_tab:
+        page.locator(f'.cover a[href*="chapter={target.slug}"]').click(modifiers=["Control"])
+    tab = new_tab.value
+    tab.wait_for_selector(".chapter-head h1")
+    assert tab.locator(".chapter-head h1").inner_text() == target.title
+    assert "chapter=" not in page.url          # the first tab stayed where it was
+    app.assert_clean()

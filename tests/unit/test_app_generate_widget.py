@@ -91,7 +91,7 @@ def test_tokens_are_escaped_and_each_counts_one_forward_pass():
     w._drain()
     out = w._output.object
     assert "<script>" not in out and "&lt;script&gt;" in out and "&amp; done" in out
-    assert out.count('class="tok"') == 4
+    assert out.count('class="tok"') == 4 and 'title="token id 3"' in out
     assert '<b class="gen-passes">4</b>' in w._stats.object
     assert "1 prefill over 3 prompt tokens, 3 decode" in w._stats.object
     assert "measured on cpu" in w._stats.object and "token limit" in w._stats.object
