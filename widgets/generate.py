@@ -23,16 +23,17 @@ MAX_PROMPT_CHARS = 400
 
 _CSS = """
 .gen-out { font-family: var(--ex-mono, ui-monospace, monospace); white-space: pre-wrap; line-height: 1.6;
+  font-size: .95rem;
   min-height: 3.2em; padding: .6em .8em; border: 1px solid var(--panel-border-color, #ccc); border-radius: 6px;
   background: var(--panel-surface-color, #f7f7f7); color: var(--panel-on-surface-color, #222); margin: 0; }
 .gen-out .prompt { opacity: .65; }
 .gen-out .tok { border-radius: 3px; padding: 0 1px; background: rgba(0, 114, 181, .13); }
 .gen-out .tok:nth-child(odd) { background: rgba(230, 126, 34, .18); }
 .gen-out .placeholder { opacity: .6; font-style: italic; }
-.gen-stats { font-size: .9em; color: var(--panel-on-background-color, #333); margin: 0; }
+.gen-stats { font-size: .88rem; color: var(--panel-on-background-color, #333); margin: 0; }
 .gen-stats b { font-variant-numeric: tabular-nums; }
-.gen-status { font-size: .9em; margin: 0; }
-.gen-title { margin: 0; font-size: .95em; color: var(--panel-on-background-color, #333); }
+.gen-status { font-size: .88rem; margin: 0; }
+.gen-title { margin: 0; font-size: .95rem; line-height: 1.45; color: var(--panel-on-background-color, #333); }
 .gen-status.failed { color: #c0392b; }
 """
 
