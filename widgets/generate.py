@@ -54,7 +54,6 @@ class GenerateWidget(pn.viewable.Viewer):
                  chat: bool = True, **params):
         super().__init__(**params)
         self._engine = engine
-        self._max_tokens = int(max_tokens)
         self._chat = bool(chat)
         self._queue: queue.Queue[_Event] = queue.Queue()
         self._cancel = threading.Event()
@@ -68,10 +67,13 @@ class GenerateWidget(pn.viewable.Viewer):
         self._prompt = pn.widgets.TextAreaInput(
             label="Prompt", value=prompt[:MAX_PROMPT_CHARS], max_length=MAX_PROMPT_CHARS, rows=2,
             sizing_mode="stretch_width", css_classes=["gen-prompt"])
+        # How many tokens at most: each one is one more forward pass, so readers can count along.
+        self._max_tokens = pn.widgets.IntInput(label="Max new tokens", value=int(max_tokens), start=1, end=128,
+                                               width=130, css_classes=["gen-max-tokens"])
         self._button = pn.widgets.Button(label="Generate", color="primary", disabled=True,
-                                         css_classes=["gen-button"], width=140)
+                                         css_classes=["gen-button"], width=140, align="end")
         self._status = pn.pane.HTML("", stylesheets=[_CSS], css_classes=["gen-status-pane"],
-                                    sizing_mode="stretch_width", align="center", margin=(0, 10))
+                                    width=280, margin=(5, 10, 11, 10), styles={"flex": "1 1 240px"})
         self._output = pn.pane.HTML(self._output_html(), stylesheets=[_CSS], css_classes=["gen-output"],
                                     sizing_mode="stretch_width")
         self._stats = pn.pane.HTML(self._stats_html(), stylesheets=[_CSS], css_classes=["gen-counter"],
@@ -82,7 +84,8 @@ class GenerateWidget(pn.viewable.Viewer):
             "the model write its reply one token at a time. Each token costs one forward pass.</p>",
             stylesheets=[_CSS], sizing_mode="stretch_width")
         self._layout = pn.Column(
-            title, self._prompt, pn.Row(self._button, self._status, sizing_mode="stretch_width"),
+            title, self._prompt, pn.FlexBox(self._max_tokens, self._button, self._status, flex_wrap="wrap", align_items="flex-end",
+                       sizing_mode="stretch_width"),
             self._output, self._stats, sizing_mode="stretch_width", css_classes=["gen-widget"])
         self._show_engine_state()
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
@@ -127,11 +130,11 @@ class GenerateWidget(pn.viewable.Viewer):
             return
         llm = self._engine.llm
         from engine import SamplingParams   # the engine is loaded by now, so this import is free
-        params = SamplingParams(temperature=0.0, max_tokens=self._max_tokens)
+        params = SamplingParams(temperature=0.0, max_tokens=int(self._max_tokens.value or 1))
         self._prompt_tokens = len(llm.tokenizer.encode(llm.format_prompt(prompt, self._chat)).ids)
         self._tokens, self._first_s = [], None
         self._t_start = self._t_last = time.perf_counter()
-        self._button.disabled = True
+        self._button.disabled = self._max_tokens.disabled = True
         self._button.label = "Generating…"
         self._output.object = self._output_html(prompt)
         self._stats.object = self._stats_html()
@@ -176,7 +179,7 @@ class GenerateWidget(pn.viewable.Viewer):
             self._poll.stop()
             self._poll = None
             self._button.label = "Generate"
-            self._button.disabled = False
+            self._button.disabled = self._max_tokens.disabled = False
 
     # -- HTML (every piece of user or model text is escaped) ----------------------------------
     def _output_html(self, prompt: str | None = None, error: str = "") -> str:
