@@ -37,6 +37,7 @@ PLANNED_RE = re.compile(r"^<!--\s*widget:\s*(?P<name>[^|]+?)\s*\|\s*(?P<what>.*?
 FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 DETAILS_OPEN_RE = re.compile(r"^\s*<details>\s*(?:<summary>(?P<summary>[^<]*)</summary>)?\s*$")
 DETAILS_CLOSE_RE = re.compile(r"^\s*</details>\s*$")
+CHAPTER_LINK_RE = re.compile(r"^\?chapter=(?P<slug>[a-z0-9-]+)(?P<frag>#[\w-]*)?$")
 
 
 @dataclass(slots=True)
@@ -70,6 +71,7 @@ class RenderedChapter:
     unknown_terms: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)   # bad directive lines, with line numbers
     terms_used: list[str] = field(default_factory=list)  # glossary terms given a tooltip, in order
+    chapter_links: list[str] = field(default_factory=list)  # slugs named by ?chapter= links
 
 
 def _entity_guard(s: str) -> str:
@@ -114,9 +116,11 @@ def _glossary_rule(state, silent: bool) -> bool:
 class ChapterRenderer:
     """Renders one chapter at a time; remembers which terms already got their tooltip."""
 
-    def __init__(self, glossary: Glossary, glossary_href: Callable[[str], str]):
+    def __init__(self, glossary: Glossary, glossary_href: Callable[[str], str],
+                 chapter_href: Callable[[str], str] | None = None):
         self.glossary = glossary
         self.glossary_href = glossary_href
+        self.chapter_href = chapter_href
         md = MarkdownIt("commonmark", {"html": True, "highlight": _highlight, "typographer": False})
         md.enable("table").enable("strikethrough")
         md.use(dollarmath_plugin, allow_space=False, allow_digits=False, double_inline=True,
@@ -132,6 +136,7 @@ class ChapterRenderer:
           "<code>" + _entity_guard(html.escape(tokens[idx].content)) + "</code>")
         r("code_block", lambda self_, tokens, idx, options, env: _highlight(tokens[idx].content, "", None))
         r("html_block", self._render_html_block)
+        r("link_open", lambda _r, tokens, idx, options, env: self._render_link_open(_r, tokens, idx, options, env))
         r("html_inline", lambda self_, tokens, idx, options, env: _entity_guard(html.escape(tokens[idx].content)))
         self.md = md
 
@@ -152,6 +157,17 @@ class ChapterRenderer:
         if content.lstrip().startswith("<!--"):
             return ""                                   # comments carry notes for writers only
         return "<p>" + _entity_guard(html.escape(content)) + "</p>\n"
+
+    def _render_link_open(self, renderer, tokens, idx, options, env) -> str:
+        """Cross-links written as ``?chapter=slug`` go through the page's link builder (so they keep
+        the reader's theme) and are recorded, so tests can check that every target exists."""
+        tok = tokens[idx]
+        m = CHAPTER_LINK_RE.match(tok.attrGet("href") or "")
+        if m:
+            env.setdefault("chapter_links", []).append(m["slug"])
+            if self.chapter_href is not None:
+                tok.attrSet("href", self.chapter_href(m["slug"]) + (m["frag"] or ""))
+        return renderer.renderToken(tokens, idx, options, env)
 
     def _render_term(self, tokens, idx, options, env) -> str:
         meta = tokens[idx].meta
@@ -226,6 +242,7 @@ class ChapterRenderer:
         flush()
         out.unknown_terms = env.get("unknown", [])
         out.terms_used = env.get("seen", [])
+        out.chapter_links = env.get("chapter_links", [])
         return out
 
 

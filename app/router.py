@@ -47,7 +47,7 @@ def build(args: dict) -> pn.viewable.Viewable:
         return _shell(f"No such chapter · {pages.SITE_TITLE}", links, dark, toc, None, None,
                       [html_pane(pages.not_found_html(slug or page_name or "", links), dark, ["ex-not-found"])])
 
-    renderer = ChapterRenderer(load_glossary(), links.glossary)
+    renderer = ChapterRenderer(load_glossary(), links.glossary, links.chapter)
     rendered = renderer.render(chapter.body)
     for problem in rendered.problems:
         log.warning("%s: %s", chapter.path.name, problem)

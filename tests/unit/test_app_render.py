@@ -81,6 +81,13 @@ def test_directives_split_the_chapter_and_code_fences_protect_them():
     assert len(r.problems) == 1 and "bad arguments" in r.problems[0]
 
 
+def test_chapter_links_keep_the_theme():
+    r = ChapterRenderer(GLOSSARY, lambda a: "#" + a, lambda slug: f"?chapter={slug}&theme=dark").render(
+        "See [tokens](?chapter=tokens) and [out](https://example.org).")
+    assert 'href="?chapter=tokens&amp;theme=dark"' in r.segments[0].html
+    assert 'href="https://example.org"' in r.segments[0].html and r.chapter_links == ["tokens"]
+
+
 # ---- the real content ------------------------------------------------------------------------
 CHAPTERS = list_chapters(strict=True)
 REAL_GLOSSARY = load_glossary()
@@ -93,5 +100,7 @@ def test_real_chapter_renders_with_known_widgets_and_terms(chapter):
     unknown_widgets = [s.name for s in r.segments if isinstance(s, WidgetSegment) and s.name not in REGISTRY]
     assert not unknown_widgets, f"directives name widgets that do not exist: {unknown_widgets}"
     assert not r.unknown_terms, f"[[terms]] missing from the glossary: {sorted(set(r.unknown_terms))}"
+    slugs = {c.slug for c in CHAPTERS}
+    assert not [s for s in r.chapter_links if s not in slugs], "links to chapters that do not exist"
     html = "".join(s.html for s in r.segments if isinstance(s, HtmlSegment))
     assert not re.search(r"<(script|iframe|img|style)\b", html)
