@@ -17,6 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 RANDOM_WEIGHTS_ENV = "LLM_EXPLAINER_RANDOM_WEIGHTS"
 
@@ -69,6 +70,11 @@ class EngineHandle:
         what = "random weights (LLM_EXPLAINER_RANDOM_WEIGHTS=1)" if self.random_weights else "the default model"
         _console(f"starting the shared engine with {what}; download and load progress follows")
         try:
+            # `panel serve` restores sys.path after each run of main.py, and this thread runs later:
+            # put the repo root back so the engine package (a sibling of app/) is importable.
+            root = str(Path(__file__).resolve().parent.parent)
+            if root not in sys.path:
+                sys.path.append(root)
             from engine import LLM   # imported here: torch is slow to import, pages that need no engine don't wait
             llm = LLM(random_weights=self.random_weights, **self._llm_kwargs)
         except Exception as exc:     # shown to readers as a notice; full traceback on the console
