@@ -15,6 +15,8 @@ from app.glossary import load_glossary  # noqa: E402
 pytestmark = pytest.mark.ui
 CHAPTERS = list_chapters(strict=True)
 GLOSSARY = load_glossary()
+# On a fresh CI machine the first engine start downloads (~100 MB) and dequantizes the model.
+ENGINE_READY_MS = 480_000
 FOCUSED_TERM = """() => { let a = document.activeElement;
   while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
   return a && a.classList.contains('gl-term') ? a.id || a.getAttribute('aria-describedby') : null; }"""
@@ -125,7 +127,7 @@ def test_generate_widget_streams_tokens_and_counts_passes(app):
     # A loading state (never a blank box) until the shared engine is ready, then the button.
     assert widget.locator(".gen-status").inner_text()
     button = widget.locator(".gen-button button")
-    page.wait_for_selector(".widget-generate .gen-button button:not([disabled])", timeout=180_000)
+    page.wait_for_selector(".widget-generate .gen-button button:not([disabled])", timeout=ENGINE_READY_MS)
     widget.locator("textarea").fill("Name one colour. <b>bold?</b>")
     widget.locator(".gen-max-tokens input").fill("8")   # few passes: CI has two slow cores
     widget.locator(".gen-max-tokens input").press("Tab")
@@ -158,7 +160,7 @@ def test_one_engine_is_shared_by_all_sessions(browser, server):
         ctx = browser.new_context(viewport={"width": 1280, "height": 900})
         ap = AppPage(ctx.new_page(), server)
         page = ap.open(f"?chapter={ch.slug}")
-        page.wait_for_selector(".widget-generate .gen-button button:not([disabled])", timeout=180_000)
+        page.wait_for_selector(".widget-generate .gen-button button:not([disabled])", timeout=ENGINE_READY_MS)
         reports.append(page.locator(".widget-generate .gen-status").inner_text())
         ap.assert_clean()
         ctx.close()
