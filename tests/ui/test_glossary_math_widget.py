@@ -22,6 +22,14 @@ FOCUSED_TERM = """() => { let a = document.activeElement;
   return a && a.classList.contains('gl-term') ? a.id || a.getAttribute('aria-describedby') : null; }"""
 
 
+def _wait_engine(page):
+    """Until the shared engine is ready (button enabled) or has failed (then fail with its reason)."""
+    page.wait_for_selector(".widget-generate .gen-button button:not([disabled]), "
+                           ".widget-generate .gen-status.failed", timeout=ENGINE_READY_MS)
+    failed = page.locator(".widget-generate .gen-status.failed")
+    assert failed.count() == 0, failed.inner_text()
+
+
 def _chapter_with_terms():
     for ch in CHAPTERS:
         if "[[" in ch.body:
@@ -127,7 +135,7 @@ def test_generate_widget_streams_tokens_and_counts_passes(app):
     # A loading state (never a blank box) until the shared engine is ready, then the button.
     assert widget.locator(".gen-status").inner_text()
     button = widget.locator(".gen-button button")
-    page.wait_for_selector(".widget-generate .gen-button button:not([disabled])", timeout=ENGINE_READY_MS)
+    _wait_engine(page)
     widget.locator("textarea").fill("Name one colour. <b>bold?</b>")
     widget.locator(".gen-max-tokens input").fill("8")   # few passes: CI has two slow cores
     widget.locator(".gen-max-tokens input").press("Tab")
@@ -160,7 +168,7 @@ def test_one_engine_is_shared_by_all_sessions(browser, server):
         ctx = browser.new_context(viewport={"width": 1280, "height": 900})
         ap = AppPage(ctx.new_page(), server)
         page = ap.open(f"?chapter={ch.slug}")
-        page.wait_for_selector(".widget-generate .gen-button button:not([disabled])", timeout=ENGINE_READY_MS)
+        _wait_engine(page)
         reports.append(page.locator(".widget-generate .gen-status").inner_text())
         ap.assert_clean()
         ctx.close()
