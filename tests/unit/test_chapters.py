@@ -69,3 +69,9 @@ def test_every_term_is_introduced_in_a_chapter_that_marks_it():
     by_slug = {c.slug: set(render(c).terms_used) for c in CHAPTERS}
     wrong = [(t.term, t.chapter) for t in GLOSSARY.terms if t.term not in by_slug[t.chapter]]
     assert wrong == []
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
+def test_reading_minutes_follow_the_word_count(chapter):
+    """The cover's reading times are the text's length at about 250 words a minute, not guesses."""
+    assert abs(chapter.minutes - body_words(chapter.body) / 250) <= 1
