@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from dataclasses import dataclass
 
@@ -77,14 +78,18 @@ def pct(values: list[float], scale: float = 1.0) -> dict[str, float | None]:
             "p90": round(float(np.percentile(a, 90)), 3), "p99": round(float(np.percentile(a, 99)), 3)}
 
 
-def run_once(model: Llama, cfg: EngineConfig, workload: list[SimRequest], static: bool) -> dict:
+def run_once(model: Llama, cfg: EngineConfig, workload: list[SimRequest], static: bool, label: str = "") -> dict:
     engine = LLMEngine(model, cfg, static_batching=static)
     engine.eos_token_ids = frozenset()           # lengths are the workload's, not the random model's
     pending = sorted(workload, key=lambda r: r.arrival_s)
     steps = preempt = batch_sum = tokens_sum = padding = 0
     usage, hits, queries = [], 0, 0
-    start = time.perf_counter()
+    start = last_log = time.perf_counter()
     while pending or engine.has_unfinished():
+        if label and time.perf_counter() - last_log > 10:      # a sign of life on long runs
+            last_log = time.perf_counter()
+            print(f"[serve-sim] {label}: {steps} steps, {len(engine.unfinished_request_ids())} requests left, "
+                  f"{last_log - start:.0f} s", file=sys.stderr, flush=True)
         now = time.perf_counter() - start
         while pending and pending[0].arrival_s <= now:
             r = pending.pop(0)
@@ -170,6 +175,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", choices=["short", "full"], default="short",
+                   help="full: run the whole workload once untimed first (GPUs compile kernels per shape family)")
     return p.parse_args(argv)
 
 
@@ -195,12 +202,16 @@ def main(argv: list[str] | None = None) -> dict:
     # Warm-up (kernel compilation on GPUs, allocator caches everywhere), not measured.
     run_once(model, cfg, warmup, False)
     modes = ["continuous", "static"] if a.mode == "both" else [a.mode]
-    results = {m: run_once(model, cfg, workload, m == "static") for m in modes}
+    if a.warmup == "full":
+        for m in modes:
+            run_once(model, cfg, workload, m == "static", f"warm-up {m}")
+    results = {m: run_once(model, cfg, workload, m == "static", m) for m in modes}
     engine_probe = LLMEngine(model, cfg)
     report = {
         "benchmark": "serve-sim",
         "measured_on": describe_device(device),
         "model": model.config.name, "weights": weights, "dtype": str(model.embed.weight.dtype).removeprefix("torch."),
+        "warmup": a.warmup,
         "workload": {"pattern": a.pattern, "num_requests": num_requests, "length_scale": scale,
                      "request_rate": "all at t=0" if a.request_rate == float("inf") else a.request_rate,
                      "input_tokens": sum(len(r.prompt_ids) for r in workload),
