@@ -104,6 +104,11 @@ class EngineLoop:
                         for name in sub.output_ids:
                             self._routes.pop(name, None)
 
+    def read(self, fn):
+        """Call fn() between two steps (for reading engine state from another thread)."""
+        with self._lock:
+            return fn()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -79,3 +79,13 @@ def test_a_failing_step_fails_the_open_requests_and_the_loop_keeps_serving(loop,
     monkeypatch.setattr(loop.engine, "step", real_step)
     assert len(list(loop.stream(list(range(10)), GREEDY))) == 12
     assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
+
+
+def test_state_can_be_read_between_steps_while_streams_run(loop):
+    stream = loop.stream(list(range(30)), SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
+    next(stream)
+    state = loop.read(loop.engine.allocator_state)
+    owned = [b for b in state.blocks if b.ref_count]
+    assert owned and all(b.owners for b in owned)
+    stream.close()
+    assert loop.read(loop.engine.allocator_state).num_free == loop.engine.block_manager.num_blocks
