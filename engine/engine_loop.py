@@ -12,10 +12,11 @@ abandoned browser tab frees its KV blocks at once.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from .llm_engine import LLMEngine
@@ -85,6 +86,23 @@ class EngineLoop:
         """One event per generated token (the samples of an n > 1 request interleave)."""
         for item in self._items(self.submit(prompt, params, prompt_text)):
             yield item.event
+
+    async def astream(self, prompt: str | list[int], params: SamplingParams,
+                      prompt_text: str | None = None) -> AsyncIterator[StreamEvent]:
+        """stream() for asyncio code: waiting for the next token happens off the event loop."""
+        sub = self.submit(prompt, params, prompt_text)
+        items = self._items(sub)
+        aloop = asyncio.get_running_loop()
+        try:
+            while (item := await aloop.run_in_executor(None, next, items, None)) is not None:
+                yield item.event
+        finally:
+            if items.gi_running:           # cancelled while a worker waits for the next token: wake it
+                with self._lock:
+                    self.engine.abort(sub.request_id)
+                sub.items.put(LoopItem(None, error=asyncio.CancelledError()))
+            else:
+                items.close()              # stopped early: _items aborts the request
 
     def generate(self, prompts: list[tuple[str | list[int], str | None]], params: SamplingParams) -> list[RequestOutput]:
         """Submit every prompt at once, so they are batched together; n outputs per prompt, in order."""

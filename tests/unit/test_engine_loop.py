@@ -89,3 +89,43 @@ def test_state_can_be_read_between_steps_while_streams_run(loop):
     assert owned and all(b.owners for b in owned)
     stream.close()
     assert loop.read(loop.engine.allocator_state).num_free == loop.engine.block_manager.num_blocks
+
+
+def test_async_stream_yields_the_same_tokens_and_aborts_when_cancelled(loop):
+    import asyncio
+
+    async def collect(limit=None):
+        tokens = []
+        agen = loop.astream(list(range(25)), GREEDY)
+        async for ev in agen:
+            tokens.append(ev.token_id)
+            if limit and len(tokens) == limit:
+                await agen.aclose()
+                break
+        return tokens
+
+    full = asyncio.run(collect())
+    assert full == [ev.token_id for ev in loop.stream(list(range(25)), GREEDY)]
+    assert asyncio.run(collect(limit=3)) == full[:3]
+    assert not loop.engine.has_unfinished()
+    assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
+
+
+def test_cancelling_an_async_stream_mid_wait_frees_its_blocks(loop):
+    import asyncio
+
+    async def main():
+        async def consume():
+            async for _ in loop.astream(list(range(25)), SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)):
+                pass
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(main())
+    assert loop.read(lambda: not loop.engine.has_unfinished())
+    assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
