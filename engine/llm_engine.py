@@ -140,6 +140,10 @@ class LLMEngine:
             self.block_manager.cache_full_blocks(s.seq.seq_id, s.seq.token_ids, s.seq.num_computed_tokens)
         t2 = time.perf_counter()
         events, finished = self._sample_and_append(logits, sampled) if logits is not None else ([], [])
+        for seq, _ in out.preempted:
+            if seq.is_padding:          # static batching: a finished request lost its seat, so it is done
+                events.append(self._padding_events[seq.seq_id])
+                finished.append(self._release(seq, time.perf_counter()))
         t3 = time.perf_counter()
         self._record(out, entries, finished, before, t0, t1 - t0, t2 - t1, t3 - t2)
         return events
