@@ -97,6 +97,8 @@ class LLMEngine:
         if not self.config.enable_chunked_prefill and total > self.config.max_num_batched_tokens:
             # a preempted request re-prefills prompt + output in one step: it must fit one budget
             raise ValueError(f"without chunked prefill, prompt + max_tokens ({total}) must fit max_num_batched_tokens")
+        if params.n > self.config.max_num_seqs:
+            raise ValueError(f"n = {params.n} samples can never run together under max_num_seqs = {self.config.max_num_seqs}")
         if self.block_manager.blocks_for(total) > self.block_manager.num_blocks:
             raise ValueError(f"{total} tokens need more KV blocks than the cache has ({self.block_manager.num_blocks})")
 
@@ -160,7 +162,8 @@ class LLMEngine:
         for seq, token in zip(seqs, tokens):
             seq.append_token(token, now)
             if seq.is_padding:
-                if seq.num_tokens >= self.max_model_len:
+                if seq.num_tokens >= self.max_model_len:           # padding cannot go on: release it
+                    events.append(self._padding_events[seq.seq_id])
                     finished.append(self._release(seq, now))
                 continue
             event = self._check_stop(seq, token)
