@@ -155,3 +155,16 @@ def test_requests_that_can_never_fit_are_refused(model):
     engine = LLMEngine(model, EngineConfig(block_size=16, enable_chunked_prefill=False, max_num_batched_tokens=32))
     with pytest.raises(ValueError):
         engine.add_request("long", list(range(30)), SamplingParams(max_tokens=10))
+
+
+def test_kv_cache_is_sized_from_a_block_count_or_a_memory_budget(model):
+    from engine.kv_cache import bytes_per_block
+
+    per_block = bytes_per_block(TINY, 16, torch.float32)
+    assert per_block == 2 * TINY.num_layers * 16 * TINY.num_kv_heads * TINY.head_dim * 4
+    by_bytes = LLMEngine(model, EngineConfig(block_size=16, kv_cache_bytes=37 * per_block + 5))
+    assert by_bytes.block_manager.num_blocks == 37
+    k_cache, v_cache = by_bytes.kv_cache.layer(0)
+    assert k_cache.shape == v_cache.shape == (37, 16, TINY.num_kv_heads, TINY.head_dim)
+    by_count = LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=11))
+    assert by_count.block_manager.num_blocks == 11 and by_count.kv_cache.total_bytes == 11 * per_block
