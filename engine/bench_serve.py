@@ -180,7 +180,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def run(argv: list[str] | None = None) -> dict:
+    """Run the benchmark, print its JSON report, and return it."""
     a = parse_args(argv)
     model_name = a.model or ("tiny" if a.small else "default")
     scale = a.scale if a.scale is not None else (0.1 if a.small else 1.0)
@@ -234,5 +235,11 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m engine bench serve-sim`: the JSON goes to stdout, 0 is returned."""
+    run(argv)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

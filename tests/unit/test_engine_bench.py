@@ -11,7 +11,7 @@ from engine import bench_serve
 def test_serve_sim_small_mixed_workload(capsys):
     threads = torch.get_num_threads()
     try:
-        report = bench_serve.main(["--small", "--num-requests", "9", "--scale", "0.04", "--max-num-seqs", "4"])
+        report = bench_serve.run(["--small", "--num-requests", "9", "--scale", "0.04", "--max-num-seqs", "4"])
     finally:
         torch.set_num_threads(threads)
     printed = json.loads(capsys.readouterr().out)
@@ -24,3 +24,12 @@ def test_serve_sim_small_mixed_workload(capsys):
     assert c["mean_batch_size"] > s["mean_batch_size"] - s["padding_decodes"] / s["steps"]
     assert c["prefix_cache_hit_rate"] > 0          # the chatbot requests share a system prompt
     assert c["all_blocks_free_at_end"] and s["all_blocks_free_at_end"]
+
+
+def test_cli_entry_point_prints_json_and_exits_zero(capsys):
+    threads = torch.get_num_threads()
+    try:
+        assert bench_serve.main(["--small", "--num-requests", "3", "--scale", "0.02", "--mode", "continuous"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads(capsys.readouterr().out)["results"].keys() == {"continuous"}
