@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from .scenarios import make_paged_batch
 from .timing import copy_bandwidth_gbs, eager_call_us, gpu_time_us, warm_gpu
-from .triton_attention import choose_num_splits, paged_attention
+from .launch_plan import plan_launch
+from .triton_attention import paged_attention
 
 # SmolLM2-135M attention shapes.
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 9, 3, 64
@@ -87,11 +88,12 @@ def _row(name: str, batch, groups: list[tuple[int, int, int]], block_size: int, 
     kv_bytes = sum(n * seq_len for n, seq_len, _ in groups) * NUM_KV_HEADS * HEAD_DIM * elem * 2
     qo_bytes = 2 * b.q.numel() * elem
     achieved = (kv_bytes + qo_bytes) / (us * 1e-6) / 1e9
-    decode = len(groups) == 1 and groups[0][2] == 1
-    splits = (choose_num_splits(batch, NUM_KV_HEADS, b.block_tables.shape[1] * block_size,
-                                torch.cuda.get_device_properties(0).multi_processor_count) if decode else 1)
+    plan = plan_launch(b.q.shape[0], len(seqs), NUM_HEADS, NUM_KV_HEADS, b.block_tables.shape[1] * block_size,
+                       torch.cuda.get_device_properties(0).multi_processor_count)
     return {
-        "name": name, "batch": batch, "groups": [list(g) for g in groups], "num_splits": splits,
+        "name": name, "batch": batch, "groups": [list(g) for g in groups],
+        "plan": {"kv_per_program": plan.kv_per_program, "num_splits": plan.num_splits, "tile_n": plan.tile_n,
+                 "block_m": plan.block_m},
         "time_us": round(us, 2), "bytes": kv_bytes + qo_bytes, "achieved_gbs": round(achieved, 1),
         "fraction_of_copy_bw": round(achieved / copy_gbs, 3),
         "sdpa_time_us": round(sdpa_us, 2), "sdpa_backend": sdpa_backend,

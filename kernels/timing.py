@@ -78,11 +78,22 @@ def eager_call_us(fn, calls: int = 200) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy of nbytes (read + write counted): the practical bandwidth ceiling, GB/s."""
+def copy_bandwidth_gbs(nbytes: int = 1 << 30, copies: int = 10) -> float:
+    """Device-to-device copy of nbytes (read + write counted): the practical bandwidth ceiling, GB/s.
+
+    Eager, not graphed: in a CUDA graph the copy became a memcpy node that ran about a third slower
+    (seen on an H200), which would flatter every fraction measured against it.
+    """
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    copy = _capture(lambda: dst.copy_(src), 10)
-    copy.replay()
-    ms = statistics.median(_replay_ms(copy) for _ in range(9)) / 10
-    return 2 * nbytes / (ms * 1e-3) / 1e9
+    dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        start.record()
+        for _ in range(copies):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / copies)
+    return 2 * nbytes / (statistics.median(times) * 1e-3) / 1e9

@@ -1,45 +1,41 @@
-"""Triton paged attention: one kernel for prefill, chunked prefill and decode, plus a split-KV reduce.
+"""Triton paged attention: one kernel for prefill, chunked prefill and decode, plus a split-KV merge.
 
-Work split. Each program owns one *query block* of one sequence and one KV head. A query block is up
-to BLOCK_Q consecutive queries of that sequence; since GROUP query heads share the KV head, the program
-stacks (query, head) pairs into BLOCK_M = BLOCK_Q * GROUP rows (padded), so every K/V byte it reads
-serves all of them:
+Work split. A program owns one *query block* of one sequence and KV_PER_PROGRAM kv heads (1, or all
+of them). A query block is up to BLOCK_Q consecutive queries of the sequence; the GROUP query heads
+that share a kv head are stacked with them into BLOCK_M rows (padded), so every K/V byte read from
+memory serves all those heads at once (GQA):
 
-    row r  ->  query  block_start + r // GROUP,  head  kv_head * GROUP + r % GROUP
+    row r  ->  query  block_start + r // heads,  head  first_head + r % heads    (heads = GROUP * KV_PER_PROGRAM)
 
-It then walks the sequence's keys in tiles of TILE_N positions, finding each position's physical
-block through the block table, and keeps a running (online) softmax: max m, denominator l, and the
-unnormalised output acc, all float32.
+It walks the sequence's keys in tiles of TILE_N columns, finding each key's physical block through the
+block table, and keeps an online softmax (running max m, denominator l, unnormalised output acc, all
+float32). With all kv heads in one program a column is a (position, kv head) pair in the cache's own
+order, so a tile reads each cache block as one contiguous run, and a row masks out other heads' columns.
 
-Split-KV. A decode at small batch has only num_seqs * num_kv_heads programs: too few to keep the GPU
-busy on a long context. Then the key tiles are cut into NUM_SPLITS ranges, one program each; every
-program writes its partial (m, l, acc) and a second kernel merges them:
+Split-KV. A decode at small batch has too few programs to keep the GPU busy on a long context. Then
+the key tiles are cut into NUM_SPLITS ranges, one program each; each writes its partial (m, l, acc)
+and a second kernel merges them:
 
     out = sum_i acc_i * 2^(m_i - M) / sum_i l_i * 2^(m_i - M),   M = max_i m_i
 
-Queries of one sequence are mapped to programs without a host sync: sequence s's query blocks take the
-program ids [qsl[s] // BLOCK_Q + s, qsl[s+1] // BLOCK_Q + s + 1), a range always long enough for
+Programs find their sequence without a host sync. Decode batches (as many queries as sequences):
+program i owns sequence i. Otherwise sequence s's query blocks take program ids
+[qsl[s] // BLOCK_Q + s, qsl[s+1] // BLOCK_Q + s + 1), a range always long enough for
 ceil(q_len / BLOCK_Q) blocks; a program finds its sequence by binary search and exits if it is spare.
 """
-
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 import triton
 import triton.language as tl
 
+from .launch_plan import plan_launch
+
 # Scores go through exp2, so the softmax scale is folded together with log2(e).
 _LOG2E = 1.4426950408889634
-# Below this many key positions per split, a split costs more (launch, partials) than it saves.
-_MIN_TOKENS_PER_SPLIT = 256
-_MAX_SPLITS = 64
-# Decode wants several resident programs per SM to keep enough loads in flight (tuned on an H200).
-_PROGRAMS_PER_SM = 8
-_DECODE_TILE_N = 128
-_DECODE_ALL_KV_HEADS = False
-_PREFILL_TILE_N = 64
 
 
 @triton.jit
@@ -196,14 +192,6 @@ def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, num_sms: int) -> int:
-    """Splits for a decode batch: about _PROGRAMS_PER_SM programs per SM, no split under 256 keys."""
-    want = triton.cdiv(_PROGRAMS_PER_SM * num_sms, num_seqs * num_kv_heads)
-    cap = max(1, max_context // _MIN_TOKENS_PER_SPLIT)
-    splits = min(want, cap, _MAX_SPLITS)
-    return 1 << (splits.bit_length() - 1)  # a power of two, rounded down
-
-
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -234,24 +222,20 @@ def paged_attention(
     if num_tokens == 0 or num_seqs == 0:
         return out
 
-    # As many queries as sequences: a decode batch (known from shapes alone, no device sync). Then
-    # each program owns one sequence, packs only its GROUP heads, and long contexts are split.
-    # The kernel stays correct if the guess is wrong (some q_len 0, another 2): it loops over blocks.
-    decode = num_tokens == num_seqs
-    kv_per_program = kv_per_program or (num_kv_heads if decode and _DECODE_ALL_KV_HEADS else 1)
+    # As many queries as sequences: a decode batch (known from shapes alone, no device sync). The
+    # kernel stays correct if that guess is wrong (one q_len 0, another 2): it loops over query blocks.
+    plan = plan_launch(num_tokens, num_seqs, num_heads, num_kv_heads, block_tables.shape[1] * block_size,
+                       _num_sms(q.device.index or 0))
+    overrides = dict(num_splits=num_splits, kv_per_program=kv_per_program, tile_n=tile_n, block_m=block_m,
+                     num_warps=num_warps, num_stages=num_stages)
+    plan = dataclasses.replace(plan, **{k: v for k, v in overrides.items() if v is not None})
+    if kv_per_program is not None and block_m is None:  # keep every head of the program in one block
+        plan = dataclasses.replace(plan, block_m=max(plan.block_m, triton.next_power_of_2(group * kv_per_program)))
+    num_splits, kv_per_program = plan.num_splits, plan.kv_per_program
     assert num_kv_heads % kv_per_program == 0
-    heads = group * kv_per_program  # query heads one program serves
-    block_m = block_m or max(16 if decode else 64, triton.next_power_of_2(heads))
-    block_q = block_m // heads
-    if num_splits is None:
-        num_splits = 1
-        if decode:
-            max_context = block_tables.shape[1] * block_size
-            num_splits = choose_num_splits(num_seqs, num_kv_heads // kv_per_program, max_context,
-                                           _num_sms(q.device.index or 0))
-    tile_n = tile_n or (_DECODE_TILE_N if decode else _PREFILL_TILE_N)
-    num_warps = num_warps or 4
-    num_stages = num_stages or (3 if decode else 2)
+    block_q = plan.block_m // (group * kv_per_program)
+    assert block_q >= 1, "block_m must hold all heads of one query"
+    decode = plan.decode
 
     if num_splits > 1:
         part_acc = torch.empty((num_tokens, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
@@ -267,10 +251,10 @@ def paged_attention(
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         BLOCK_SIZE=block_size, GROUP=group, KV_PER_PROGRAM=kv_per_program, HEAD_DIM=head_dim,
-        BLOCK_M=block_m, BLOCK_Q=block_q, TILE_N=tile_n,
+        BLOCK_M=plan.block_m, BLOCK_Q=block_q, TILE_N=plan.tile_n,
         NUM_SPLITS=num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         SEQ_PER_PROGRAM=decode,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=plan.num_warps, num_stages=plan.num_stages,
     )
     if num_splits > 1:
         _merge_splits_kernel[(num_tokens, num_heads)](

@@ -37,7 +37,17 @@ def _time(fn) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kernels.tune")
     parser.add_argument("--out", default="tune.jsonl")
+    parser.add_argument("--once", metavar="BATCH,CONTEXT",
+                        help="only call the default launch a few times on this decode shape (for ncu)")
     args = parser.parse_args(argv)
+    if args.once:
+        batch, context = (int(x) for x in args.once.split(","))
+        b = make_paged_batch([(context, 1)] * batch, block_size=16, dtype=torch.bfloat16, device="cuda",
+                             spare_blocks=0, extra_table_cols=0)
+        for _ in range(3):
+            paged_attention(*b.args())
+        torch.cuda.synchronize()
+        return 0
     torch.manual_seed(0)
     warm_gpu()
     with open(args.out, "w") as log:

@@ -256,3 +256,18 @@ def test_triton_all_kv_heads_in_one_program(interpreted, seqs, num_splits):
     ref = reference.paged_attention(*b.args())
     out = interpreted.paged_attention(*b.args(), kv_per_program=3, num_splits=num_splits, tile_n=32)
     assert rel_err(out, ref) < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize("num_tokens,num_seqs,heads,kv_heads,max_context,sms", [
+    (1, 1, 9, 3, 16384, 132), (64, 64, 9, 3, 4096, 132), (256, 256, 9, 3, 16384, 132),
+    (256, 256, 9, 3, 128, 132), (8, 8, 32, 8, 4096, 132), (2108, 64, 9, 3, 2048, 132), (5, 5, 8, 1, 40, 8),
+])
+def test_launch_plan_is_consistent(num_tokens, num_seqs, heads, kv_heads, max_context, sms):
+    from kernels.launch_plan import MIN_KEYS_PER_SPLIT, plan_launch
+
+    plan = plan_launch(num_tokens, num_seqs, heads, kv_heads, max_context, sms)
+    assert plan.decode == (num_tokens == num_seqs)
+    assert kv_heads % plan.kv_per_program == 0
+    assert plan.block_m >= heads // kv_heads * plan.kv_per_program  # one query's heads fit a block
+    assert plan.num_splits & (plan.num_splits - 1) == 0  # the merge kernel needs a power of two
+    assert plan.num_splits == 1 or max_context // plan.num_splits >= MIN_KEYS_PER_SPLIT
