@@ -13,6 +13,7 @@ Prefill and mixed batches pack 64 (query, head) rows per program so the matrix u
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import triton
@@ -36,6 +37,7 @@ def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
+@functools.lru_cache(maxsize=256)  # called once per layer per step with the same shapes
 def plan_launch(num_tokens: int, num_seqs: int, num_heads: int, num_kv_heads: int,
                 max_context: int, num_sms: int) -> LaunchPlan:
     group = num_heads // num_kv_heads

@@ -228,7 +228,9 @@ def paged_attention(
                        _num_sms(q.device.index or 0))
     overrides = dict(num_splits=num_splits, kv_per_program=kv_per_program, tile_n=tile_n, block_m=block_m,
                      num_warps=num_warps, num_stages=num_stages)
-    plan = dataclasses.replace(plan, **{k: v for k, v in overrides.items() if v is not None})
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides:
+        plan = dataclasses.replace(plan, **overrides)
     if kv_per_program is not None and block_m is None:  # keep every head of the program in one block
         plan = dataclasses.replace(plan, block_m=max(plan.block_m, triton.next_power_of_2(group * kv_per_program)))
     num_splits, kv_per_program = plan.num_splits, plan.kv_per_program
