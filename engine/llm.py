@@ -4,25 +4,25 @@
     llm.generate(["The capital of France is"], SamplingParams(temperature=0.0, max_tokens=16))
     for event in llm.stream("Why is the sky blue?", SamplingParams(max_tokens=64), chat=True): ...
 
-This first version runs each request through the plain reference loop (engine/reference.py),
-one at a time; the paged, continuously batched engine takes over the inside, not the API.
+Inside, one LLMEngine (paged KV cache, continuous batching, prefix caching, chunked prefill)
+steps on a background thread (EngineLoop). Every generate/stream call, from any thread, submits
+to it, so concurrent callers share steps; `llm.engine` is that engine, for its trace and
+allocator state. The plain reference loop (engine/reference.py) stays as the test oracle.
 """
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
 from .config import EngineConfig, ModelConfig
-from .detokenizer import IncrementalDetokenizer
 from .model import Llama
-from .outputs import RequestMetrics, RequestOutput, StreamEvent
+from .engine_loop import EngineLoop
+from .llm_engine import LLMEngine
+from .outputs import RequestOutput, StreamEvent
 from .progress import log
-from .reference import reference_stream
-from .sampler import make_generator
 from .sampling_params import SamplingParams
 from .tokenizer import TextTokenizer, TokenizerRegistry, byte_tokenizer
 from .weights import load_weights
@@ -70,8 +70,9 @@ class LLM:
         self.model, self.tokenizer, self.device, self.dtype, self.source = build_model(self.engine_config)
         self.config: ModelConfig = self.model.config
         self.tokenizers = TokenizerRegistry(self.tokenizer)
-        self._lock = threading.Lock()     # one request at a time through the reference loop
-        self._next_id = 0
+        self.engine = LLMEngine(self.model, self.engine_config, tokenizer=self.tokenizer)
+        self.loop = EngineLoop(self.engine)
+        self._lock = threading.Lock()     # inspect(): one reference pass at a time
 
     # -- prompts -------------------------------------------------------------------------------
     def format_prompt(self, prompt: str, chat: bool) -> str:
@@ -81,61 +82,46 @@ class LLM:
             return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
         return prompt
 
-    def _stop_ids(self, params: SamplingParams) -> tuple[int, ...]:
-        if params.ignore_eos:
-            return ()
-        ids = {self.config.eos_token_id, self.tokenizer.eos_token_id}
-        return tuple(i for i in ids if i is not None)
+    def _prompt_ids(self, prompt: str, params: SamplingParams, chat: bool) -> list[int]:
+        ids = self.tokenizer.encode(self.format_prompt(prompt, chat)).ids
+        if not ids:
+            raise ValueError("the prompt is empty")
+        limit = self.engine.max_model_len
+        if len(ids) + params.max_tokens > limit:
+            raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                             f"the engine's context of {limit} tokens")
+        return ids
 
     # -- generation ----------------------------------------------------------------------------
     def stream(self, prompt: str, params: SamplingParams | None = None, chat: bool = False) -> Iterator[StreamEvent]:
-        """One StreamEvent per generated token; the last one has finished=True."""
+        """One StreamEvent per generated token; the last one has finished=True. Stopping early
+        (closing or dropping the iterator) aborts the request and frees its KV blocks."""
         params = params or SamplingParams()
-        text = self.format_prompt(prompt, chat)
-        prompt_ids = self.tokenizer.encode(text).ids
-        if not prompt_ids:
-            raise ValueError("the prompt is empty")
-        if len(prompt_ids) + params.max_tokens > self.config.max_position_embeddings:
-            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
-                             f"the model's context of {self.config.max_position_embeddings} tokens")
-        request_id = self._new_id()
-        detok = IncrementalDetokenizer(self.tokenizer, params.stop)
-        stop_ids = self._stop_ids(params)
-        with self._lock:
-            gen = make_generator(params.seed, self.device)
-            count = 0
-            for token in reference_stream(self.model, prompt_ids, params, gen, stop_ids):
-                count += 1
-                is_stop_token = token in stop_ids
-                delta = "" if is_stop_token else detok.add(token)
-                reason = "stop" if (is_stop_token or detok.stopped) else ("length" if count == params.max_tokens else None)
-                yield StreamEvent(request_id, token, delta, detok.text, reason is not None, reason)
-                if reason is not None:
-                    return
+        ids = self._prompt_ids(prompt, params, chat)
+        yield from self.loop.stream(ids, params, prompt_text=prompt)
 
     def generate(self, prompts: str | list[str], params: SamplingParams | None = None,
                  chat: bool = False) -> list[RequestOutput]:
+        """All prompts are submitted together and batched; outputs come back in prompt order
+        (n outputs per prompt when params.n > 1)."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         params = params or SamplingParams()
-        outputs = []
-        for prompt in prompts:
-            metrics = RequestMetrics(arrival_s=time.perf_counter())
-            ids, text, reason, request_id = [], "", None, ""
-            for ev in self.stream(prompt, params, chat=chat):
-                metrics.record_token(time.perf_counter())
-                ids.append(ev.token_id)
-                text, reason, request_id = ev.text, ev.finish_reason, ev.request_id
-            metrics.finished_s = time.perf_counter()
-            prompt_ids = self.tokenizer.encode(self.format_prompt(prompt, chat)).ids
-            outputs.append(RequestOutput(request_id, prompt, text, ids, reason, metrics, prompt_ids))
-        return outputs
+        return self.loop.generate([(self._prompt_ids(p, params, chat), p) for p in prompts], params)
+
+    def trace_since(self, step: int = 0):
+        """Step records with record.step >= step (the batching timeline), read between steps."""
+        return self.loop.read(lambda: self.engine.trace.since(step))
+
+    def allocator_state(self):
+        """The KV block allocator right now (owners, ref counts, hashes, free order), read between steps."""
+        return self.loop.read(self.engine.allocator_state)
+
+    def close(self) -> None:
+        """Stop the engine thread (requests still running are abandoned)."""
+        self.loop.close()
 
     def inspect(self, text: str, max_tokens: int = 256):
         """Per-layer tensors of one forward pass over `text` (see engine/inspect.py)."""
         from .inspect import inspect
         with self._lock:
             return inspect(self.model, self.tokenizer, text, max_tokens)
-
-    def _new_id(self) -> str:
-        self._next_id += 1
-        return str(self._next_id)
