@@ -27,6 +27,14 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def run_coroutine(coro):
+    """asyncio.run on a fresh thread: the browser tests' Playwright keeps an event loop running on this one."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 @pytest.fixture
 def loop():
     model = Llama.random(TINY, seed=6).eval()
@@ -82,7 +90,8 @@ def test_a_failing_step_fails_the_open_requests_and_the_loop_keeps_serving(loop,
 
 
 def test_state_can_be_read_between_steps_while_streams_run(loop):
-    stream = loop.stream(list(range(30)), SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
+    # long enough (400 steps) that the request is surely still running when the state is read
+    stream = loop.stream(list(range(30)), SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True))
     next(stream)
     state = loop.read(loop.engine.allocator_state)
     owned = [b for b in state.blocks if b.ref_count]
@@ -104,9 +113,9 @@ def test_async_stream_yields_the_same_tokens_and_aborts_when_cancelled(loop):
                 break
         return tokens
 
-    full = asyncio.run(collect())
+    full = run_coroutine(collect())
     assert full == [ev.token_id for ev in loop.stream(list(range(25)), GREEDY)]
-    assert asyncio.run(collect(limit=3)) == full[:3]
+    assert run_coroutine(collect(limit=3)) == full[:3]
     assert not loop.engine.has_unfinished()
     assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
 
@@ -126,6 +135,6 @@ def test_cancelling_an_async_stream_mid_wait_frees_its_blocks(loop):
         except asyncio.CancelledError:
             pass
 
-    asyncio.run(main())
+    run_coroutine(main())
     assert loop.read(lambda: not loop.engine.has_unfinished())
     assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
