@@ -4,27 +4,19 @@ from __future__ import annotations
 import threading
 
 import pytest
-import torch
 
-from engine.config import EngineConfig, ModelConfig
+from engine.config import EngineConfig
 from engine.engine_loop import EngineLoop
 from engine.llm_engine import LLMEngine
 from engine.model import Llama
 from engine.reference import reference_generate
 from engine.sampling_params import SamplingParams
+from tiny import TINY
 
-TINY = ModelConfig(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
-                   intermediate_size=128, vocab_size=256, max_position_embeddings=2048, name="tiny-random")
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: extra intra-op threads only fight each other (and other jobs) for the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def run_coroutine(coro):
@@ -101,7 +93,6 @@ def test_state_can_be_read_between_steps_while_streams_run(loop):
 
 
 def test_async_stream_yields_the_same_tokens_and_aborts_when_cancelled(loop):
-    import asyncio
 
     async def collect(limit=None):
         tokens = []

@@ -4,26 +4,18 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
-from engine.config import EngineConfig, ModelConfig
+from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.model import Llama
 from engine.reference import reference_generate
 from engine.sampling_params import SamplingParams
+from tiny import TINY
 
-TINY = ModelConfig(num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16,
-                   intermediate_size=128, vocab_size=256, max_position_embeddings=2048, name="tiny-random")
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: extra intra-op threads only fight each other (and other jobs) for the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
