@@ -4,10 +4,9 @@ Pure Python, decided from shapes alone (no device sync). The numbers come from `
 on an H200 (bf16, SmolLM2 shapes, block size 16); see kernels/NOTES.md for the measurements.
 
 Decode reads every K/V byte once, so the plan is about keeping enough loads in flight:
-- large batches: one program reads *all* kv heads of its sequence (each cache block is then one
-  contiguous run) with big tiles, about two programs per SM;
-- small batches: one kv head per program, and the context split across programs (split-KV) until there
-  are about four programs per SM, but never fewer than 256 keys per split.
+- one kv head per program, the context split across programs (split-KV) until there are about six
+  programs per SM, but never fewer than 64 keys per split, and no split under 512 keys;
+- many programs or short splits take 64-position tiles on 2 warps, few long ones 128 on 4 warps.
 Prefill and mixed batches pack 64 (query, head) rows per program so the matrix units see real tiles.
 """
 
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 
 import triton
 
-MIN_KEYS_PER_SPLIT = 256
+MIN_KEYS_PER_SPLIT = 64
 MAX_SPLITS = 64
 
 
@@ -31,6 +30,7 @@ class LaunchPlan:
     tile_n: int           # key columns per loop iteration
     num_warps: int
     num_stages: int
+    heads_fastest: bool = False  # decode grid order: kv-head programs of one sequence adjacent
 
 
 def _pow2_floor(n: int) -> int:
@@ -45,13 +45,20 @@ def plan_launch(num_tokens: int, num_seqs: int, num_heads: int, num_kv_heads: in
     if not decode:
         return LaunchPlan(False, 1, 1, max(64, triton.next_power_of_2(group)), 128, 4, 3)
 
-    # All kv heads in one program pays off once there are enough sequences to fill the GPU anyway;
-    # it costs num_kv_heads x the score arithmetic (masked columns), so only for few kv heads.
-    if num_kv_heads <= 4 and num_seqs * num_kv_heads >= 2 * num_sms:
-        splits = min(max(1, 2 * num_sms // num_seqs), max(1, max_context // 1024))
-        rows = triton.next_power_of_2(num_heads)
-        return LaunchPlan(True, num_kv_heads, _pow2_floor(splits), max(16, rows), 256, 4, 3)
-
-    want = triton.cdiv(4 * num_sms, num_seqs * num_kv_heads)
-    splits = min(want, max(1, max_context // MIN_KEYS_PER_SPLIT), MAX_SPLITS)
-    return LaunchPlan(True, 1, _pow2_floor(splits), max(16, triton.next_power_of_2(group)), 128, 4, 3)
+    # One kv head per program, the kv-head programs of a sequence adjacent in the grid (they read the
+    # same cache blocks at the same time), and the context split until there are about six programs
+    # per SM: one program cannot pull more than a small share of the bandwidth. Below 512 keys the
+    # merge launch costs more than the split saves.
+    want = 6 * num_sms // (num_seqs * num_kv_heads)
+    splits = 1
+    if max_context >= 512:
+        splits = _pow2_floor(max(1, min(want, max_context // MIN_KEYS_PER_SPLIT, MAX_SPLITS)))
+    programs, keys_per_split = num_seqs * num_kv_heads * splits, max_context // splits
+    # Many programs, or short splits: 64-position tiles on 2 warps (fewer registers, more programs
+    # per SM). Few long programs: 128-position tiles on 4 warps. Very long splits pipeline 2 deep.
+    if programs * 2 >= 5 * num_sms or keys_per_split <= 64:
+        tile_n, warps = 64, 2
+    else:
+        tile_n, warps = 128, 4
+    stages = 2 if keys_per_split >= 4096 else 4
+    return LaunchPlan(True, 1, splits, max(16, triton.next_power_of_2(group)), tile_n, warps, stages, True)

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from .launch_plan import plan_launch
+from .triton_decode import launch_decode
 
 # Scores go through exp2, so the softmax scale is folded together with log2(e).
 _LOG2E = 1.4426950408889634
@@ -134,38 +135,24 @@ def _paged_attention_kernel(
     stride_cb, stride_co, stride_ch, stride_bt,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, KV_PER_PROGRAM: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, TILE_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr, SEQ_PER_PROGRAM: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     kv_head0 = tl.program_id(1) * KV_PER_PROGRAM
     split = tl.program_id(2)
-    if SEQ_PER_PROGRAM:
-        # Decode batches: program i owns sequence i (no search), looping over its query blocks in
-        # case one holds more than BLOCK_Q queries after all.
-        seq = tl.program_id(0)
-        q_start = tl.load(qsl_ptr + seq)
-        q_len = tl.load(qsl_ptr + seq + 1) - q_start
-        seq_len = tl.load(seq_lens_ptr + seq)
-        table = block_tables_ptr + seq.to(tl.int64) * stride_bt
-        for local_block in range(0, tl.cdiv(q_len, BLOCK_Q)):
-            _attend_query_block(
-                q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
-                scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
-                kv_head0, split, local_block, q_start, q_len, seq_len,
-                BLOCK_SIZE, GROUP, KV_PER_PROGRAM, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
-    else:
-        q_block = tl.program_id(0)
-        seq = _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q)
-        q_start = tl.load(qsl_ptr + seq)
-        q_len = tl.load(qsl_ptr + seq + 1) - q_start
-        seq_len = tl.load(seq_lens_ptr + seq)
-        table = block_tables_ptr + seq.to(tl.int64) * stride_bt
-        local_block = q_block - (q_start // BLOCK_Q + seq)
-        if local_block * BLOCK_Q < q_len:  # else a spare id: the sequence has fewer query blocks
-            _attend_query_block(
-                q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
-                scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
-                kv_head0, split, local_block, q_start, q_len, seq_len,
-                BLOCK_SIZE, GROUP, KV_PER_PROGRAM, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
+    # Decode batches go to triton_decode; here each query block finds its sequence.
+    q_block = tl.program_id(0)
+    seq = _find_seq(qsl_ptr, num_seqs, q_block, BLOCK_Q)
+    q_start = tl.load(qsl_ptr + seq)
+    q_len = tl.load(qsl_ptr + seq + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + seq)
+    table = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    local_block = q_block - (q_start // BLOCK_Q + seq)
+    if local_block * BLOCK_Q < q_len:  # else a spare id: the sequence has fewer query blocks
+        _attend_query_block(
+            q_ptr, k_cache_ptr, v_cache_ptr, table, out_ptr, part_acc_ptr, part_ml_ptr,
+            scale_log2, num_heads, stride_qt, stride_qh, stride_ot, stride_oh, stride_cb, stride_co, stride_ch,
+            kv_head0, split, local_block, q_start, q_len, seq_len,
+            BLOCK_SIZE, GROUP, KV_PER_PROGRAM, HEAD_DIM, BLOCK_M, BLOCK_Q, TILE_N, NUM_SPLITS, DOT_PRECISION)
 
 
 @triton.jit
@@ -207,6 +194,7 @@ def paged_attention(
     block_m: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    heads_fastest: bool | None = None,
 ) -> torch.Tensor:
     """Same contract as reference.paged_attention; the keyword knobs exist for tests and tuning."""
     num_tokens, num_heads, head_dim = q.shape
@@ -227,7 +215,7 @@ def paged_attention(
     plan = plan_launch(num_tokens, num_seqs, num_heads, num_kv_heads, block_tables.shape[1] * block_size,
                        _num_sms(q.device.index or 0))
     overrides = dict(num_splits=num_splits, kv_per_program=kv_per_program, tile_n=tile_n, block_m=block_m,
-                     num_warps=num_warps, num_stages=num_stages)
+                     num_warps=num_warps, num_stages=num_stages, heads_fastest=heads_fastest)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         plan = dataclasses.replace(plan, **overrides)
@@ -237,7 +225,6 @@ def paged_attention(
     assert num_kv_heads % kv_per_program == 0
     block_q = plan.block_m // (group * kv_per_program)
     assert block_q >= 1, "block_m must hold all heads of one query"
-    decode = plan.decode
 
     if num_splits > 1:
         part_acc = torch.empty((num_tokens, num_heads, num_splits, head_dim), dtype=torch.float32, device=q.device)
@@ -245,19 +232,22 @@ def paged_attention(
     else:
         part_acc = part_ml = out  # unused: the kernel writes the output directly
 
-    programs = num_seqs if decode else num_tokens // block_q + num_seqs
-    _paged_attention_kernel[(programs, num_kv_heads // kv_per_program, num_splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
-        out, part_acc, part_ml,
-        scale * _LOG2E, num_seqs, num_heads,
-        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        BLOCK_SIZE=block_size, GROUP=group, KV_PER_PROGRAM=kv_per_program, HEAD_DIM=head_dim,
-        BLOCK_M=plan.block_m, BLOCK_Q=block_q, TILE_N=plan.tile_n,
-        NUM_SPLITS=num_splits, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        SEQ_PER_PROGRAM=decode,
-        num_warps=plan.num_warps, num_stages=plan.num_stages,
-    )
+    dot_precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    if plan.decode:
+        launch_decode(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, part_acc, part_ml,
+                      scale * _LOG2E, plan, dot_precision)
+    else:
+        _paged_attention_kernel[(num_tokens // block_q + num_seqs, num_kv_heads // kv_per_program, num_splits)](
+            q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
+            out, part_acc, part_ml,
+            scale * _LOG2E, num_seqs, num_heads,
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+            BLOCK_SIZE=block_size, GROUP=group, KV_PER_PROGRAM=kv_per_program, HEAD_DIM=head_dim,
+            BLOCK_M=plan.block_m, BLOCK_Q=block_q, TILE_N=plan.tile_n,
+            NUM_SPLITS=num_splits, DOT_PRECISION=dot_precision,
+            num_warps=plan.num_warps, num_stages=plan.num_stages,
+        )
     if num_splits > 1:
         _merge_splits_kernel[(num_tokens, num_heads)](
             part_acc, part_ml, out, num_heads, out.stride(0), out.stride(1),

@@ -1,9 +1,11 @@
-"""Sweep the Triton paged-attention launch knobs on a few shapes (a tool for choosing the defaults).
+"""Sweep the decode kernel's launch knobs on the benchmark's shapes (a tool for choosing launch_plan).
 
-    python -m kernels.tune [--out FILE]
+    python -m kernels.tune [--out FILE] [--budget-s SECONDS] [--workers N]
 
-Writes one JSON line per (shape, config) to FILE (GPU time in us, timing.gpu_time_us), then prints,
-per shape, SDPA's time and the five fastest configs. The defaults in triton_attention come from this.
+First compiles every kernel variant in N worker processes (Triton's on-disk cache then serves the
+sweep; compiling 100+ variants one after another would take minutes), then times, per decode shape,
+every (kv heads per program, tile, warps, stages, splits) config with timing.gpu_time_us next to
+SDPA's best backend. Writes one JSON line per timing to FILE and prints per shape the fastest configs.
 """
 
 from __future__ import annotations
@@ -11,81 +13,111 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import multiprocessing as mp
 import sys
+import time
 
 import torch
-import torch.nn.functional as F
 
-from .bench import HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, _contiguous_kv
 from .scenarios import make_paged_batch
 from .timing import gpu_time_us, warm_gpu
 from .triton_attention import paged_attention
 
-# (batch, context, splits worth trying for one and for all kv heads per program)
-DECODE_SHAPES = [
-    (1, 1024, [1, 4]), (1, 16384, [32, 64]),
-    (8, 4096, [4, 8, 16]), (8, 16384, [8, 16, 32]),
-    (64, 1024, [1, 2]), (64, 4096, [1, 2, 4, 8]), (64, 16384, [1, 2, 4, 8]),
-    (256, 4096, [1, 2]), (256, 16384, [1, 2]),
-]
+BATCHES, CONTEXTS = (1, 8, 64, 256), (128, 1024, 4096, 16384)
+# (kv heads per program, tile positions, warps, stages): the leaders of a wider first sweep (H200).
+CONFIGS = ((1, 64, 2, 2), (1, 64, 2, 4), (1, 128, 4, 4),
+           (3, 16, 2, 4), (3, 16, 4, 4), (3, 32, 2, 2), (3, 32, 4, 2), (3, 32, 4, 4), (3, 32, 8, 4))
 
 
-def _time(fn) -> float:
-    return gpu_time_us(fn, reps=10, rounds=5)
+def variants() -> list[dict]:
+    # heads_fastest only orders the one-kv-head kernel's grid
+    return [dict(kv_per_program=kv, tile_n=t, num_warps=w, num_stages=s, heads_fastest=kv == 1)
+            for kv, t, w, s in CONFIGS]
+
+
+def splits_for(batch: int, context: int, kv: int, sms: int) -> list[int]:
+    """Split counts up to ~12 programs per SM, never under 64 keys per split."""
+    programs = batch * 3 // kv
+    out = [1]
+    s = 2
+    while s <= 64 and context // s >= 64 and programs * s <= 12 * sms:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def _compile_worker(args) -> int:
+    index, count = args
+    done = 0
+    for cfg in variants()[index::count]:
+        # Triton specialises integers on == 1 and on divisibility by 16 (splits, block-table width):
+        # cover each combination the benchmark shapes meet.
+        for context, splits in ((100, 1), (100, 2), (1024, 1), (1024, 2), (1024, 16), (2000, 16)):
+            b = make_paged_batch([(context, 1)] * 2, block_size=16, dtype=torch.bfloat16, device="cuda",
+                                 spare_blocks=0, extra_table_cols=0)
+            try:
+                paged_attention(*b.args(), num_splits=splits, **cfg)
+                done += 1
+            except Exception:  # a variant that does not compile is reported by the sweep
+                pass
+    torch.cuda.synchronize()
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kernels.tune")
     parser.add_argument("--out", default="tune.jsonl")
-    parser.add_argument("--once", metavar="BATCH,CONTEXT",
-                        help="only call the default launch a few times on this decode shape (for ncu)")
+    parser.add_argument("--budget-s", type=float, default=240.0, help="stop timing after this long")
+    parser.add_argument("--workers", type=int, default=12)
+    parser.add_argument("--shapes", default="", help="BATCHxCONTEXT,... (default: the benchmark's 16)")
     args = parser.parse_args(argv)
-    if args.once:
-        batch, context = (int(x) for x in args.once.split(","))
-        b = make_paged_batch([(context, 1)] * batch, block_size=16, dtype=torch.bfloat16, device="cuda",
-                             spare_blocks=0, extra_table_cols=0)
-        for _ in range(3):
-            paged_attention(*b.args())
-        torch.cuda.synchronize()
-        return 0
+    start = time.perf_counter()
+    if args.workers > 0:
+        with mp.get_context("spawn").Pool(args.workers) as pool:
+            compiled = sum(pool.map(_compile_worker, [(i, args.workers) for i in range(args.workers)]))
+        print(json.dumps({"precompiled": compiled, "s": round(time.perf_counter() - start, 1)}), flush=True)
+    import torch.nn.functional as F
+
+    from .bench import HEAD_DIM, NUM_HEADS, NUM_KV_HEADS, _contiguous_kv
+
     torch.manual_seed(0)
     warm_gpu()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     with open(args.out, "w") as log:
-        def sweep(shape, b, configs):
-            results = []
-            for cfg in [{}] + configs:
-                try:
-                    us = _time(lambda: paged_attention(*b.args(), **cfg))
-                except Exception as exc:  # a config that does not compile (shared memory) is skipped
-                    us, cfg = float("inf"), {**cfg, "error": type(exc).__name__}
-                log.write(json.dumps({"shape": shape, **cfg, "us": round(us, 2)}) + "\n")
-                results.append((us, cfg))
-            default_us = results[0][0]
-            results.sort(key=lambda r: r[0])
-            return {"shape": shape, "default_us": round(default_us, 2),
-                    "best": [[round(us, 2), cfg] for us, cfg in results[:6]]}
-
-        for batch, context, split_options in DECODE_SHAPES:
+        shapes = ([tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")] if args.shapes
+                  else list(itertools.product(BATCHES, CONTEXTS)))
+        for batch, context in shapes:
+            if time.perf_counter() - start > args.budget_s:
+                break
             b = make_paged_batch([(context, 1)] * batch, num_heads=NUM_HEADS, num_kv_heads=NUM_KV_HEADS,
                                  head_dim=HEAD_DIM, block_size=16, dtype=torch.bfloat16, device="cuda",
                                  spare_blocks=0, extra_table_cols=0)
-            configs = [dict(kv_per_program=kv, num_splits=sp, tile_n=t, num_warps=4, num_stages=st)
-                       for kv, sp, t, st in itertools.product((1, 3), split_options, (64, 128, 256), (2, 3))]
-            row = sweep([batch, context], b, configs)
+            try:
+                results = [(gpu_time_us(lambda: paged_attention(*b.args()), reps=10, rounds=5), {"default": True})]
+            except Exception as exc:
+                results = [(float("inf"), {"default": True, "error": type(exc).__name__})]
+            for cfg in variants():
+                for sp in splits_for(batch, context, cfg["kv_per_program"], sms):
+                    if context < cfg["tile_n"] * sp // 2:
+                        continue
+                    c = {**cfg, "num_splits": sp}
+                    try:
+                        us = gpu_time_us(lambda: paged_attention(*b.args(), **c), reps=10, rounds=5)
+                    except Exception as exc:
+                        us, c = float("inf"), {**c, "error": type(exc).__name__}
+                    log.write(json.dumps({"shape": [batch, context], **c, "us": round(us, 2)}) + "\n")
+                    results.append((us, c))
             k = _contiguous_kv(b.k_cache, b.block_tables, context)
             v = _contiguous_kv(b.v_cache, b.block_tables, context)
             q = b.q.view(batch, 1, NUM_HEADS, HEAD_DIM).transpose(1, 2).contiguous()
-            row["sdpa_us"] = round(_time(lambda: F.scaled_dot_product_attention(
-                q, k, v, scale=b.scale, enable_gqa=True)), 2)
-            print(json.dumps(row), flush=True)
-            del b, k, v
+            sdpa = gpu_time_us(lambda: F.scaled_dot_product_attention(q, k, v, scale=b.scale, enable_gqa=True),
+                               reps=10, rounds=5)
+            default_us = results[0][0]
+            results.sort(key=lambda r: r[0])
+            print(json.dumps({"shape": [batch, context], "sdpa_us": round(sdpa, 2), "default_us": round(default_us, 2),
+                              "best": [[round(us, 2), c] for us, c in results[:5]]}), flush=True)
+            del b, k, v, q
             torch.cuda.empty_cache()
-
-        seqs = [(2048, 512)] * 4 + [(2048, 1)] * 60  # bench.py's mixed batch
-        b = make_paged_batch(seqs, block_size=16, dtype=torch.bfloat16, device="cuda", spare_blocks=0)
-        configs = [dict(tile_n=t, block_m=bm, num_warps=w, num_stages=st)
-                   for t, bm, w, st in itertools.product((32, 64, 128), (64, 128), (4, 8), (2, 3))]
-        print(json.dumps(sweep("mixed", b, configs)), flush=True)
     return 0
 
 
