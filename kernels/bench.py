@@ -13,6 +13,7 @@ Python caller pays per call, launch overhead included.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -92,8 +93,7 @@ def _row(name: str, batch, groups: list[tuple[int, int, int]], block_size: int, 
                        torch.cuda.get_device_properties(0).multi_processor_count)
     return {
         "name": name, "batch": batch, "groups": [list(g) for g in groups],
-        "plan": {"kv_per_program": plan.kv_per_program, "num_splits": plan.num_splits, "tile_n": plan.tile_n,
-                 "block_m": plan.block_m},
+        "plan": dataclasses.asdict(plan),
         "time_us": round(us, 2), "bytes": kv_bytes + qo_bytes, "achieved_gbs": round(achieved, 1),
         "fraction_of_copy_bw": round(achieved / copy_gbs, 3),
         "sdpa_time_us": round(sdpa_us, 2), "sdpa_backend": sdpa_backend,

@@ -98,77 +98,6 @@ def _decode_kernel(
             tl.store(part_ml_ptr + part * 2 + 1, l, mask=row_ok)
 
 
-@triton.jit
-def _decode_heads_kernel(
-    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, qsl_ptr,
-    out_ptr, part_acc_ptr, part_ml_ptr,
-    scale_log2, num_heads, num_splits,
-    stride_qt, stride_qh, stride_ot, stride_oh,
-    stride_cb, stride_co, stride_ch, stride_bt,
-    BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, KV_PER_PROGRAM: tl.constexpr, HEAD_DIM: tl.constexpr,
-    HEADS_P2: tl.constexpr, ROWS: tl.constexpr, TILE_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):
-    """All KV_PER_PROGRAM kv heads in one program as a *batched* dot (batch = kv head, padded to a
-    power of two): each cache block is read as one contiguous run, with no block-diagonal padding."""
-    seq = tl.program_id(0)
-    kv_head0 = tl.program_id(1) * KV_PER_PROGRAM
-    split = tl.program_id(2)
-    q_start = tl.load(qsl_ptr + seq)
-    q_len = tl.load(qsl_ptr + seq + 1) - q_start
-    seq_len = tl.load(seq_lens_ptr + seq)
-    table = block_tables_ptr + seq.to(tl.int64) * stride_bt
-
-    hb = tl.arange(0, HEADS_P2)
-    rows = tl.arange(0, ROWS)
-    dims = tl.arange(0, HEAD_DIM)
-    head_ok = hb < KV_PER_PROGRAM
-    row_ok = head_ok[:, None] & (rows < GROUP)[None, :]  # [HEADS_P2, ROWS]
-    head = (kv_head0 + hb)[:, None] * GROUP + rows[None, :]
-    col_off = (kv_head0 + hb)[:, None, None] * stride_ch + dims[None, None, :]  # [HEADS_P2, 1, HEAD_DIM]
-    positions = tl.arange(0, TILE_N)
-
-    for qi in range(0, q_len):
-        token = q_start + qi
-        q = tl.load(q_ptr + token * stride_qt + head[:, :, None] * stride_qh + dims[None, None, :],
-                    mask=row_ok[:, :, None], other=0.0)
-        kv_end = seq_len - q_len + qi + 1
-        num_tiles = tl.cdiv(kv_end, TILE_N)
-        per_split = tl.cdiv(num_tiles, num_splits)
-        tile_lo = split * per_split
-        tile_hi = tl.minimum(tile_lo + per_split, num_tiles)
-
-        m = tl.full([HEADS_P2, ROWS], -1.0e30, tl.float32)
-        l = tl.zeros([HEADS_P2, ROWS], tl.float32)
-        acc = tl.zeros([HEADS_P2, ROWS, HEAD_DIM], tl.float32)
-        for tile in range(tile_lo, tile_hi):
-            pos = tile * TILE_N + positions
-            pos_ok = pos < kv_end
-            block = tl.load(table + pos // BLOCK_SIZE, mask=pos_ok, other=0).to(tl.int64)
-            row_off = block * stride_cb + (pos % BLOCK_SIZE) * stride_co
-            kv_ptr_off = col_off + row_off[None, :, None]  # [HEADS_P2, TILE_N, HEAD_DIM]
-            kv_mask = head_ok[:, None, None] & pos_ok[None, :, None]
-            k = tl.load(k_cache_ptr + kv_ptr_off, mask=kv_mask, other=0.0)
-            v = tl.load(v_cache_ptr + kv_ptr_off, mask=kv_mask, other=0.0)
-            s = tl.dot(q, tl.permute(k, (0, 2, 1)), input_precision=DOT_PRECISION) * scale_log2
-            s = tl.where(pos_ok[None, None, :], s, float("-inf"))  # [HEADS_P2, ROWS, TILE_N]
-            m_new = tl.maximum(m, tl.max(s, 2))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(s - m_new[:, :, None])
-            l = l * alpha + tl.sum(p, 2)
-            acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m = m_new
-
-        if num_splits == 1:
-            out = acc / l[:, :, None]
-            tl.store(out_ptr + token * stride_ot + head[:, :, None] * stride_oh + dims[None, None, :],
-                     out.to(out_ptr.dtype.element_ty), mask=row_ok[:, :, None])
-        else:
-            part = (token.to(tl.int64) * num_heads + head) * num_splits + split
-            tl.store(part_acc_ptr + part[:, :, None] * HEAD_DIM + dims[None, None, :], acc, mask=row_ok[:, :, None])
-            tl.store(part_ml_ptr + part * 2, m, mask=row_ok)
-            tl.store(part_ml_ptr + part * 2 + 1, l, mask=row_ok)
-
-
 def launch_decode(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, part_acc, part_ml,
                   scale_log2: float, plan, dot_precision: str) -> None:
     """Launch _decode_kernel for a decode plan; partials go to part_acc/part_ml when plan.num_splits > 1."""
@@ -182,18 +111,6 @@ def launch_decode(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, 
     # K and V tiles of at most 16 KiB each: the pipeline keeps num_stages - 1 of each in shared memory,
     # and a wider row (all kv heads, or float32) would otherwise run out of it (232 KiB on an H200).
     tile_n = max(16, min(plan.tile_n, (16 << 10) // (width * q.element_size())))
-    args = (q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out, part_acc, part_ml,
-            scale_log2, num_heads, plan.num_splits,
-            q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0))
-    if kvp > 1:
-        heads_p2 = triton.next_power_of_2(kvp)
-        tile_n = max(16, min(plan.tile_n, (16 << 10) // (heads_p2 * head_dim * q.element_size())))
-        _decode_heads_kernel[(num_seqs, num_kv_heads // kvp, plan.num_splits)](
-            *args, BLOCK_SIZE=block_size, GROUP=group, KV_PER_PROGRAM=kvp, HEAD_DIM=head_dim,
-            HEADS_P2=heads_p2, ROWS=max(16, triton.next_power_of_2(group)), TILE_N=tile_n,
-            DOT_PRECISION=dot_precision, num_warps=plan.num_warps, num_stages=plan.num_stages)
-        return
     grid = (num_kv_heads // kvp, num_seqs) if plan.heads_fastest else (num_seqs, num_kv_heads // kvp)
     _decode_kernel[(*grid, plan.num_splits)](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
