@@ -28,12 +28,12 @@ import triton.language as tl
 def _decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, qsl_ptr,
     out_ptr, part_acc_ptr, part_ml_ptr,
-    scale_log2, num_heads, num_splits,
+    scale_log2, num_heads, num_splits, max_blocks,
     stride_qt, stride_qh, stride_ot, stride_oh,
     stride_cb, stride_co, stride_ch, stride_bt,
     BLOCK_SIZE: tl.constexpr, GROUP: tl.constexpr, KV_PER_PROGRAM: tl.constexpr, HEAD_DIM: tl.constexpr,
     ROWS: tl.constexpr, WIDTH: tl.constexpr, TILE_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    HEADS_FASTEST: tl.constexpr,
+    HEADS_FASTEST: tl.constexpr, SINGLE_TILE: tl.constexpr,
 ):
     if HEADS_FASTEST:  # a sequence's kv-head programs start together and read the same cache blocks
         seq = tl.program_id(1)
@@ -57,6 +57,12 @@ def _decode_kernel(
     row_ok = rows < GROUP * KV_PER_PROGRAM
     own = row_ok[:, None] & ((rows // GROUP)[:, None] == col_head[None, :])  # block-diagonal mask
     positions = tl.arange(0, TILE_N)
+    if SINGLE_TILE:
+        # The whole block-table row fits one tile (short contexts, no split): fetch it now, beside
+        # the sequence's lengths, instead of after them. That takes one memory round trip off the
+        # chain lengths -> table -> K/V, which is most of a short decode's time.
+        first_blocks = tl.load(table + positions // BLOCK_SIZE, mask=positions // BLOCK_SIZE < max_blocks,
+                               other=0).to(tl.int64)
 
     for qi in range(0, q_len):
         token = q_start + qi
@@ -73,7 +79,10 @@ def _decode_kernel(
         for tile in range(tile_lo, tile_hi):
             pos = tile * TILE_N + positions
             pos_ok = pos < kv_end
-            block = tl.load(table + pos // BLOCK_SIZE, mask=pos_ok, other=0).to(tl.int64)
+            if SINGLE_TILE:  # tile is 0; entries past the sequence are masked by pos_ok below
+                block = first_blocks
+            else:
+                block = tl.load(table + pos // BLOCK_SIZE, mask=pos_ok, other=0).to(tl.int64)
             row_off = block * stride_cb + (pos % BLOCK_SIZE) * stride_co
             kv_mask = pos_ok[:, None] & col_ok[None, :]
             k = tl.load(k_cache_ptr + row_off[:, None] + col_off[None, :], mask=kv_mask, other=0.0)
@@ -115,11 +124,12 @@ def launch_decode(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, 
     _decode_kernel[(*grid, plan.num_splits)](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
         out, part_acc, part_ml,
-        scale_log2, num_heads, plan.num_splits,
+        scale_log2, num_heads, plan.num_splits, block_tables.shape[1],
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         BLOCK_SIZE=block_size, GROUP=group, KV_PER_PROGRAM=kvp, HEAD_DIM=head_dim,
         ROWS=rows, WIDTH=width, TILE_N=tile_n,
         DOT_PRECISION=dot_precision, HEADS_FASTEST=plan.heads_fastest,
+        SINGLE_TILE=plan.num_splits == 1 and block_tables.shape[1] * block_size <= tile_n,
         num_warps=plan.num_warps, num_stages=plan.num_stages,
     )

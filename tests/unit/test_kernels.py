@@ -204,6 +204,19 @@ def test_triton_decode_with_and_without_split_kv(interpreted, dtype, num_splits)
     assert rel_err(out, ref) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("table_fill", [-1, 0])
+def test_triton_decode_single_tile_prefetches_the_table(interpreted, table_fill):
+    # Short contexts, no split: the whole block-table row (padding entries included, -1 or 0) is read
+    # before the lengths are known; entries past a sequence must not leak into its attention.
+    g = torch.Generator().manual_seed(25)
+    b = make_paged_batch([(75, 1), (1, 1), (17, 1), (40, 1)], block_size=16, dtype=torch.bfloat16,
+                         generator=g, table_fill=table_fill, extra_table_cols=2)
+    assert b.block_tables.shape[1] * 16 <= 128  # one 128-position tile covers every row
+    ref = reference.paged_attention(*b.args())
+    out = interpreted.paged_attention(*b.args(), num_splits=1, tile_n=128)
+    assert rel_err(out, ref) < TOLERANCE[torch.bfloat16]
+
+
 @pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (8, 1), (6, 2)])
 def test_triton_attention_other_gqa_ratios(interpreted, num_heads, num_kv_heads):
     g = torch.Generator().manual_seed(30 + num_heads)
