@@ -158,3 +158,10 @@ def phone(browser, server):
     ap = AppPage(page, server)
     yield ap
     ctx.close()
+
+
+@pytest.fixture(scope="session")
+def app_page_class():
+    """AppPage for tests that open pages in browser contexts of their own (import-free: every test
+    folder has a conftest module, so `from conftest import ...` would depend on sys.path order)."""
+    return AppPage

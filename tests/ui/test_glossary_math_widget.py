@@ -157,12 +157,12 @@ def test_generate_widget_streams_tokens_and_counts_passes(app):
     app.assert_clean()
 
 
-def test_one_engine_is_shared_by_all_sessions(browser, server):
+def test_one_engine_is_shared_by_all_sessions(browser, server, app_page_class):
     """Two readers in separate browser contexts see the same engine: the same load report."""
     ch = next((c for c in CHAPTERS if "::: widget generate" in c.body), None)
     if ch is None:
         pytest.skip("no chapter uses the generate widget")
-    from conftest import AppPage
+    AppPage = app_page_class
     reports = []
     for _ in range(2):
         ctx = browser.new_context(viewport={"width": 1280, "height": 900})
