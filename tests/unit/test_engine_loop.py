@@ -129,3 +129,14 @@ def test_cancelling_an_async_stream_mid_wait_frees_its_blocks(loop):
     run_coroutine(main())
     assert loop.read(lambda: not loop.engine.has_unfinished())
     assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
+
+
+def test_a_new_request_joins_a_running_batch_instead_of_waiting_for_it(loop):
+    """The loop must not starve callers: a request submitted mid-stream of a long one joins the next
+    step and finishes first, instead of waiting until the long one is done."""
+    long = loop.stream(list(range(30)), SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True))
+    next(long)
+    short = [ev.token_id for ev in loop.stream(list(range(5, 25)), GREEDY)]
+    assert len(short) == GREEDY.max_tokens
+    assert loop.read(lambda: loop.engine.has_unfinished())   # the long request is still running
+    long.close()
