@@ -32,6 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .online_softmax import online_softmax_step
+
 from .launch_plan import plan_launch
 from .triton_decode import launch_decode
 
@@ -108,12 +110,7 @@ def _attend_query_block(
         if KV_PER_PROGRAM > 1:
             visible = visible & (k_head[None, :] == (rows % HEADS)[:, None] // GROUP)
         s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m = m_new
+        m, l, acc = online_softmax_step(m, l, acc, s, v, DOT_PRECISION)
 
     if NUM_SPLITS == 1:
         out = acc / l[:, None]

@@ -23,6 +23,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .online_softmax import online_softmax_step
+
 
 @triton.jit
 def _decode_kernel(
@@ -89,12 +91,7 @@ def _decode_kernel(
             v = tl.load(v_cache_ptr + row_off[:, None] + col_off[None, :], mask=kv_mask, other=0.0)
             s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2  # [ROWS, TILE_N]
             s = tl.where(pos_ok[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            alpha = tl.exp2(m - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l = l * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m = m_new
+            m, l, acc = online_softmax_step(m, l, acc, s, v, DOT_PRECISION)
 
         if num_splits == 1:
             out = acc / l[:, None]
