@@ -5,7 +5,7 @@ EngineConfig describes *how* it is served (memory for the KV cache, batch limits
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(slots=True, frozen=True)
@@ -29,21 +29,6 @@ class ModelConfig:
         """K and V, for every layer and KV head: 2 x layers x kv_heads x head_dim x bytes."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_value
 
-    def num_parameters(self) -> int:
-        d, f, v = self.hidden_size, self.intermediate_size, self.vocab_size
-        q = d * self.num_heads * self.head_dim
-        kv = 2 * d * self.num_kv_heads * self.head_dim
-        o = self.num_heads * self.head_dim * d
-        per_layer = q + kv + o + 3 * d * f + 2 * d  # attention, SwiGLU, two RMSNorm weights
-        head = 0 if self.tie_word_embeddings else v * d
-        return v * d + self.num_layers * per_layer + d + head
-
-
-@dataclass(slots=True, frozen=True)
-class SpeculativeConfig:
-    method: str = "ngram"              # how draft tokens are proposed
-    num_speculative_tokens: int = 4
-
 
 @dataclass(slots=True)
 class EngineConfig:
@@ -62,9 +47,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     preemption_mode: str = "recompute"  # "recompute" | "swap"
     swap_space_blocks: int = 256
-    speculative: SpeculativeConfig | None = None
     trace_capacity: int = 4096          # step records kept in the ring buffer
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:

@@ -11,11 +11,6 @@ class RequestMetrics:
     token_times_s: list[float] = field(default_factory=list)   # one per generated token
     finished_s: float | None = None
 
-    def record_token(self, now: float) -> None:
-        if self.first_token_s is None:
-            self.first_token_s = now
-        self.token_times_s.append(now)
-
     @property
     def ttft_s(self) -> float | None:
         """Time to first token: queueing + prefill + one sampling step."""
