@@ -1,8 +1,12 @@
 """`python -m engine ...`: generate text, describe the model, run benchmarks.
 
     python -m engine generate "What is the capital of France?"     # streams tokens to the terminal
+    python -m engine generate --prompt-file essay.txt --raw        # a prompt too long for the command line
+    python -m engine generate --tp 3 "Hello"                       # tensor parallel: 3 processes (ch. 19)
+    python -m engine generate --pp 2 --stats "Hello"               # pipeline parallel: 2 stages
     python -m engine info                                          # shapes, parameters, KV bytes per token
-    python -m engine bench kernels | serve-sim [options]           # JSON on stdout
+    python -m engine generate --speculative-method ngram --num-speculative-tokens 4 "Repeat: ..."
+    python -m engine bench kernels | serve-sim | throughput | latency | parallel | spec [options]   # JSON on stdout
 """
 from __future__ import annotations
 
@@ -10,9 +14,25 @@ import argparse
 import json
 import sys
 
-BENCHES = {
-    "kernels": ("kernels.bench", "paged-attention kernels vs the bandwidth limit and SDPA (needs a GPU for real numbers)"),
-    "serve-sim": ("engine.bench_serve", "a synthetic serving workload: continuous vs static batching"),
+BENCHES = {   # name -> (what it measures, the module whose main(argv) runs it)
+    "kernels": ("paged-attention kernels vs the bandwidth limit and SDPA (needs a GPU for real numbers)",
+                "kernels.bench.attention"),
+    "small-ops": ("RMSNorm, RoPE and SwiGLU: eager PyTorch vs the fused Triton kernels (GPU)",
+                  "kernels.bench.small_ops"),
+    "serve-sim": ("a synthetic serving workload: continuous vs static batching", "engine.bench.serve_sim"),
+    "throughput": ("offline throughput vs Hugging Face generate_batch / generate, and the bandwidth roofline (GPU)",
+                   "engine.bench.throughput"),
+    "latency": ("TTFT and inter-token latency at batch 1, 8, 64 vs Hugging Face eager and compiled (GPU)",
+                "engine.bench.latency"),
+    "parallel": ("tensor/pipeline parallel sizes against one process: throughput, latency, communication",
+                 "engine.bench.parallel"),
+    "spec": ("speculative decoding: plain vs n-gram / early-exit / draft-model proposers, per prompt kind",
+             "engine.bench.spec"),
+}
+SPEC_FLAGS = {   # speculative_config field -> its command-line flag
+    "method": "--speculative-method", "num_speculative_tokens": "--num-speculative-tokens",
+    "prompt_lookup_min": "--prompt-lookup-min", "prompt_lookup_max": "--prompt-lookup-max",
+    "num_layers": "--speculative-num-layers", "model": "--speculative-model",
 }
 
 
@@ -21,6 +41,20 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: float32 on CPU, bfloat16 on CUDA)")
     p.add_argument("--random-weights", action="store_true", help="same shapes, random values (for speed tests)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="longest prompt + output the engine accepts (default: the model's context, or what the KV cache holds)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="CUDA: share of GPU memory for weights, activations and the KV cache (default 0.9)")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="CUDA: run every step eagerly (no CUDA graphs for decode steps)")
+    s = p.add_argument_group("speculative decoding (chapter 18)")
+    s.add_argument("--speculative-method", choices=["ngram", "early_exit", "draft_model"], default=None,
+                   help="who drafts: n-gram prompt lookup, the target's first layers, or a small model")
+    s.add_argument("--num-speculative-tokens", type=int, default=None, metavar="K", help="drafts per step (k)")
+    s.add_argument("--prompt-lookup-min", type=int, default=None, metavar="N", help="ngram: shortest suffix to match (1)")
+    s.add_argument("--prompt-lookup-max", type=int, default=None, metavar="N", help="ngram: longest suffix to match (4)")
+    s.add_argument("--speculative-num-layers", type=int, default=None, metavar="L", help="early_exit: layers that draft")
+    s.add_argument("--speculative-model", default=None, metavar="PATH", help="draft_model: a GGUF file or HF folder")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,14 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="generate text from a prompt, streaming tokens as they come")
-    g.add_argument("prompt")
+    g.add_argument("prompt", nargs="?", help="the prompt (or use --prompt-file)")
+    g.add_argument("--prompt-file", metavar="PATH", help="read the prompt from a file ('-' = standard input)")
     g.add_argument("--raw", action="store_true", help="do not apply the chat template")
     g.add_argument("--max-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--stats", action="store_true", help="print TTFT, inter-token latency and tokens/s at the end")
+    g.add_argument("--stats", action="store_true", help="print TTFT, inter-token latency and tokens/s at the end "
+                   "(and, split over processes, the communication)")
+    g.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor parallel: split every matrix over N processes (SmolLM2: 1, 3 or 9)")
+    g.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline parallel: split the layers into N stages")
+    g.add_argument("--micro-batches", type=int, default=None, metavar="M",
+                   help="with --pp: micro-batches per step (default: one per stage)")
     _model_args(g)
 
     i = sub.add_parser("info", help="print the model's shapes, parameter count and KV-cache bytes per token")
@@ -43,31 +84,109 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(i)
 
     b = sub.add_parser("bench", help="benchmarks that print JSON: " + ", ".join(BENCHES))
-    b.add_argument("name", choices=sorted(BENCHES), help="; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items()))
+    b.add_argument("name", choices=sorted(BENCHES), help="; ".join(f"{k}: {v[0]}" for k, v in BENCHES.items()))
     b.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to the benchmark (see its --help)")
     return parser
+
+
+def read_prompt(args) -> str:
+    """The prompt argument, or the contents of --prompt-file (standard input for '-')."""
+    if (args.prompt is None) == (args.prompt_file is None):
+        raise ValueError("give the prompt either as an argument or with --prompt-file, not both")
+    if args.prompt_file is None:
+        return args.prompt
+    if args.prompt_file == "-":
+        return sys.stdin.read()
+    try:
+        with open(args.prompt_file, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read --prompt-file {args.prompt_file}: {e.strerror}") from None
+
+
+def speculative_config(args) -> dict | None:
+    """The speculative_config the flags describe (None without --speculative-method), checked here so
+    that a mistake names the flag."""
+    from .spec_decode.config import SpeculativeConfig
+    given = {field: getattr(args, flag[2:].replace("-", "_")) for field, flag in SPEC_FLAGS.items()}
+    given = {field: value for field, value in given.items() if value is not None}
+    if not given:
+        return None
+    if "method" not in given:
+        raise ValueError(f"{', '.join(SPEC_FLAGS[f] for f in given)} need --speculative-method")
+    try:
+        SpeculativeConfig.from_dict(given)
+    except ValueError as e:
+        message = str(e)
+        for field, flag in SPEC_FLAGS.items():
+            message = message.replace(f"'{field}'", f"{flag} ('{field}')")
+        raise ValueError(message) from None
+    return given
+
+
+def make_llm(args):
+    from . import LLM
+    return LLM(model=args.model, device=args.device, dtype=args.dtype, random_weights=args.random_weights,
+               max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
+               tensor_parallel_size=getattr(args, "tp", 1), pipeline_parallel_size=getattr(args, "pp", 1),
+               micro_batches=getattr(args, "micro_batches", None), enforce_eager=args.enforce_eager,
+               speculative_config=speculative_config(args))
 
 
 def cmd_generate(args) -> int:
     import time
 
-    from . import LLM, SamplingParams
-    llm = LLM(model=args.model, device=args.device, dtype=args.dtype, random_weights=args.random_weights)
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                            max_tokens=args.max_tokens, seed=args.seed)
-    start = time.perf_counter()
-    times = []
-    for ev in llm.stream(args.prompt, params, chat=not args.raw):
-        times.append(time.perf_counter())
-        sys.stdout.write(ev.text_delta)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
-    if args.stats and times:
-        gaps = [b - a for a, b in zip(times, times[1:])]
-        itl = sum(gaps) / len(gaps) if gaps else 0.0
-        print(f"[{len(times)} tokens on {llm.device}: TTFT {times[0] - start:.3f}s, "
-              f"mean ITL {itl * 1000:.1f} ms, {len(times) / (times[-1] - start):.1f} tokens/s]", file=sys.stderr)
+    from . import SamplingParams
+    prompt = read_prompt(args)
+    if args.tp * args.pp > 1:          # the ranks share this machine's cores: rank 0 takes its share
+        import torch
+        torch.set_num_threads(max(1, torch.get_num_threads() // (args.tp * args.pp)))
+    llm = make_llm(args)
+    try:
+        params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                max_tokens=args.max_tokens, seed=args.seed)
+        start = time.perf_counter()
+        times = []
+        for ev in llm.stream(prompt, params, chat=not args.raw):
+            times.append(time.perf_counter())
+            sys.stdout.write(ev.text_delta)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        if args.stats and times:
+            gaps = [b - a for a, b in zip(times, times[1:])]
+            itl = sum(gaps) / len(gaps) if gaps else 0.0
+            print(f"[{len(times)} tokens on {llm.device}: TTFT {times[0] - start:.3f}s, "
+                  f"mean ITL {itl * 1000:.1f} ms, {len(times) / (times[-1] - start):.1f} tokens/s]", file=sys.stderr)
+            if llm.parallel:
+                print(f"[{communication_summary(llm.trace_since(0))}]", file=sys.stderr)
+            spec = llm.engine.spec_stats if not llm.parallel else None
+            if spec is not None and spec.num_verify_passes:
+                print(f"[speculative: {spec.num_drafts} drafts, {spec.num_accepted} kept "
+                      f"(a = {spec.per_draft_acceptance:.2f}), {spec.tokens_per_pass:.2f} tokens per target pass]",
+                      file=sys.stderr)
+    finally:
+        llm.close()     # a parallel engine ends its worker processes here
     return 0
+
+
+def communication_summary(trace) -> str:
+    """What crossed between the processes of a parallel run, from its step trace."""
+    from .distributed import CommCounts
+    steps = [r.parallel for r in trace if r.parallel is not None]
+    total = {k: CommCounts() for k in ("all_reduce", "send", "control")}
+    for p in steps:
+        total["all_reduce"].add(p.all_reduce)
+        total["send"].add(p.total("send"))
+        total["control"].add(p.total("control"))
+    parts = [f"{len(steps)} steps"]
+    for kind, label in (("all_reduce", "all-reduces per rank"), ("send", "stage hand-offs"), ("control", "records")):
+        c = total[kind]
+        if c.calls:
+            parts.append(f"{label}: {c.calls:,} calls, {c.bytes / 1e6:.2f} MB, {c.seconds * 1000:.1f} ms")
+    bubbles = [p.bubble for p in steps if p.pipeline_parallel_size > 1]
+    if bubbles:
+        parts.append(f"mean bubble {100 * sum(bubbles) / len(bubbles):.0f}%")
+    return "; ".join(parts)
 
 
 def model_info(llm) -> dict:
@@ -78,6 +197,8 @@ def model_info(llm) -> dict:
         "num_layers": c.num_layers, "hidden_size": c.hidden_size, "num_heads": c.num_heads,
         "num_kv_heads": c.num_kv_heads, "head_dim": c.head_dim, "intermediate_size": c.intermediate_size,
         "vocab_size": c.vocab_size, "rope_theta": c.rope_theta, "context_length": c.max_position_embeddings,
+        "max_model_len": llm.engine.max_model_len,
+        "kv_cache_blocks": llm.engine.kv_plan.num_blocks, "kv_cache_sized_by": llm.engine.kv_plan.source,
         "tied_embeddings": c.tie_word_embeddings,
         "parameters": sum(p.numel() for p in llm.model.parameters()),
         "kv_bytes_per_token": c.kv_bytes_per_token(bytes_per_value),
@@ -87,8 +208,7 @@ def model_info(llm) -> dict:
 
 
 def cmd_info(args) -> int:
-    from . import LLM
-    info = model_info(LLM(model=args.model, device=args.device, dtype=args.dtype, random_weights=args.random_weights))
+    info = model_info(make_llm(args))
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -100,12 +220,12 @@ def cmd_info(args) -> int:
 
 def cmd_bench(args) -> int:
     import importlib
-    module = importlib.import_module(BENCHES[args.name][0])
-    return module.main(args.rest) or 0
+    main = importlib.import_module(BENCHES[args.name][1]).main
+    return main(args.rest) or 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .weights import WeightsError
+    from .loader.weights import WeightsError
     args = build_parser().parse_args(argv)
     try:
         return {"generate": cmd_generate, "info": cmd_info, "bench": cmd_bench}[args.command](args)

@@ -13,20 +13,81 @@ abandoned browser tab frees its KV blocks at once.
 Only the loop thread ever touches the engine. Callers post commands (add, abort, read) to an inbox
 that the loop runs between two steps, so a new request waits at most one step to join the batch —
 no lock is held across a forward pass, which would let the loop starve callers.
+
+Faults stay contained: an exception in a step fails the requests that step was running (their callers
+get an error) and the loop serves the rest; anything that ends the thread itself (SystemExit, a bug in
+the loop) is kept in `failure`, every waiting caller is woken with an error, and later calls raise
+at once instead of waiting forever. At interpreter exit every loop finishes its step and stops before
+torch's thread pools are torn down (a forward pass still running then aborts the process).
+
+After every step the loop publishes `stats`, one small plain record (LoopStats) that any number of
+readers may look at without asking the loop anything: the live dashboard reads only that.
 """
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import dataclasses
 import itertools
 import queue
+import sys
 import threading
+import time
+import traceback
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from .llm_engine import LLMEngine
 from .outputs import RequestOutput, StreamEvent
 from .sampling_params import SamplingParams
+from .core.step_trace import StepRecord
+
+_LOOPS: "weakref.WeakSet[EngineLoop]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_loops() -> None:
+    """On the way out (a server's SIGTERM, sys.exit): stop each loop between two steps."""
+    for loop in list(_LOOPS):
+        loop.close()
+
+
+@dataclass(slots=True, frozen=True)
+class LoopStats:
+    """The shared engine at its latest step (or command), for dashboards: plain numbers, no engine objects."""
+    steps: int = 0                        # steps run so far
+    tokens: int = 0                       # tokens computed (prompt + generated) so far
+    generated: int = 0                    # tokens generated so far
+    preemptions: int = 0
+    prefix_query_tokens: int = 0          # prompt tokens looked up in the prefix cache, and found there
+    prefix_hit_tokens: int = 0
+    num_running: int = 0
+    num_waiting: int = 0
+    num_swapped: int = 0
+    num_blocks: int = 0
+    num_free_blocks: int = 0
+    budget: int = 0                       # the step's token budget (max_num_batched_tokens)
+    tokens_per_s: float = 0.0             # generated tokens per second over the last few seconds
+    last: StepRecord | None = None        # the latest step's record (its batch, its token use)
+    updated_s: float = 0.0                # time.monotonic() of this snapshot
+
+    @classmethod
+    def of(cls, engine, old: "LoopStats | None" = None, generated: int = 0, now: float = 0.0) -> "LoopStats":
+        """The engine now, with the running totals of `old` carried on (the latest step added once)."""
+        old = old or cls()
+        sched, pool = engine.scheduler, engine.block_manager.pool
+        last = engine.trace.records[-1] if engine.trace.records else None
+        new = last is not None and last is not old.last
+        return cls(
+            steps=engine.trace.num_steps, tokens=old.tokens + (last.num_batched_tokens if new else 0),
+            generated=old.generated + generated, preemptions=old.preemptions + (len(last.preempted) if new else 0),
+            prefix_query_tokens=old.prefix_query_tokens + (last.prefix_query_tokens if new else 0),
+            prefix_hit_tokens=old.prefix_hit_tokens + (last.prefix_hit_tokens if new else 0),
+            num_running=len(sched.running), num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
+            num_blocks=pool.num_blocks, num_free_blocks=pool.num_free,
+            budget=engine.config.max_num_batched_tokens, tokens_per_s=old.tokens_per_s, last=last, updated_s=now)
 
 
 @dataclass(slots=True)
@@ -44,6 +105,10 @@ class Submission:
     items: queue.SimpleQueue               # LoopItems of every sample, in generation order
 
 
+class _Aborted(Exception):
+    """Posted to a stream that abort_soon() ended."""
+
+
 class EngineLoop:
     def __init__(self, engine: LLMEngine, name: str = "engine-loop"):
         self.engine = engine
@@ -52,8 +117,18 @@ class EngineLoop:
         self._routes: dict[str, queue.SimpleQueue] = {}         # output id -> its request's queue (loop thread only)
         self._ids = itertools.count()
         self._closed = False
+        self.failure: str | None = None                         # why the loop thread ended, if it did
+        self.stats = LoopStats()
+        self._recent: list[tuple[float, int]] = []              # (time, generated) of the last steps
+        self._publish()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        _LOOPS.add(self)
+
+    @property
+    def alive(self) -> bool:
+        """False once the loop thread has ended (closed, or killed by a fault: see `failure`)."""
+        return self._thread.is_alive() and self.failure is None
 
     # -- callers' side -------------------------------------------------------------------------
     def _call(self, fn):
@@ -62,6 +137,8 @@ class EngineLoop:
             return fn()
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._wake:
+            if self.failure is not None:
+                raise RuntimeError(f"the engine thread has stopped ({self.failure})")
             if self._closed:
                 raise RuntimeError("the engine loop is closed")
             self._inbox.put((fn, future))
@@ -73,7 +150,7 @@ class EngineLoop:
         try:
             self._call(fn)
         except RuntimeError:
-            if not self._closed:
+            if not self._closed and self.failure is None:
                 raise
 
     def submit(self, prompt: str | list[int], params: SamplingParams, prompt_text: str | None = None) -> Submission:
@@ -92,9 +169,16 @@ class EngineLoop:
         pending = set(sub.output_ids)
         try:
             while pending:
-                item = sub.items.get()
+                try:
+                    item = sub.items.get(timeout=1.0)
+                except queue.Empty:          # belt and braces: a dead loop posts errors, but never hang
+                    if self._thread.is_alive():
+                        continue
+                    item = LoopItem(None, error=RuntimeError(self.failure or "the engine loop is closed"))
+                if isinstance(item.error, _Aborted):
+                    return                           # abort_soon(): the stream just ends
                 if item.error is not None:
-                    raise RuntimeError("an engine step failed") from item.error
+                    raise RuntimeError(f"an engine step failed: {item.error}") from item.error
                 yield item
                 if item.event.finished:
                     pending.discard(item.event.request_id)
@@ -149,6 +233,20 @@ class EngineLoop:
             if subs:
                 self._call_if_open(abort_unfinished)
 
+    def abort_soon(self, request_id: str) -> None:
+        """Abort a request at the next gap between steps, without waiting (safe on an event loop): its
+        blocks are freed then, and its stream ends. For a reader who left while the reply was running."""
+        def abort() -> None:
+            self.engine.abort(request_id)
+            for name, q in list(self._routes.items()):
+                if name == request_id or name.startswith(request_id + ":"):
+                    q.put(LoopItem(None, error=_Aborted()))
+        with self._wake:
+            if self._closed or self.failure is not None:
+                return
+            self._inbox.put((abort, concurrent.futures.Future()))
+            self._wake.notify()
+
     def read(self, fn):
         """Call fn() between two steps (for reading engine state from another thread)."""
         return self._call(fn)
@@ -161,40 +259,78 @@ class EngineLoop:
 
     # -- the loop thread -----------------------------------------------------------------------
     def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self._closed and self._inbox.empty() and not self.engine.has_unfinished():
-                    self._wake.wait()
-            if self._closed:
-                break
-            self._run_commands()
-            if self.engine.has_unfinished():
-                self._step()
+        try:
+            while True:
+                with self._wake:
+                    while not self._closed and self._inbox.empty() and not self.engine.has_unfinished():
+                        self._wake.wait()
+                if self._closed:
+                    break
+                self._run_commands()
+                if self.engine.has_unfinished():
+                    self._step()
+        except BaseException as exc:                         # SystemExit, a bug here: say so, wake everyone
+            self.failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            print(f"[engine] the engine loop thread stopped: {self.failure}", file=sys.stderr, flush=True)
+            traceback.print_exc()
         with self._wake:                                     # no command can arrive after this
+            ended = RuntimeError(f"the engine thread has stopped ({self.failure})" if self.failure
+                                 else "the engine loop is closed")
             while not self._inbox.empty():
                 _, future = self._inbox.get()
-                future.set_exception(RuntimeError("the engine loop is closed"))
+                future.set_exception(ended)
+            for q in {id(q): q for q in self._routes.values()}.values():
+                q.put(LoopItem(None, error=ended))
 
     def _run_commands(self) -> None:
+        ran = False
         while not self._inbox.empty():
             fn, future = self._inbox.get()
+            ran = True
             try:
                 future.set_result(fn())
             except BaseException as exc:                     # the caller re-raises it
                 future.set_exception(exc)
+        if ran:                                              # an abort frees blocks without a step
+            self._publish()
 
     def _step(self) -> None:
         try:
             events = self.engine.step()
             items = [LoopItem(ev, self.engine.take_output(ev.request_id) if ev.finished else None)
                      for ev in events]
-        except Exception as exc:                             # fail the open requests, keep serving new ones
-            for q in {id(q): q for q in self._routes.values()}.values():   # each request once
-                q.put(LoopItem(None, error=exc))
-            for request_id in self.engine.unfinished_request_ids():
-                self.engine.abort(request_id)
+        except Exception as exc:
+            self._fail_step(exc)
             return
         for item in items:
             q = self._routes.get(item.event.request_id)
             if q is not None:
                 q.put(item)
+        self._publish(len(events))
+
+    def _fail_step(self, exc: Exception) -> None:
+        """Fail the requests the broken step was running (its state may be half-updated); requests still
+        waiting to be admitted never ran and are kept, so the loop goes on serving them."""
+        traceback.print_exception(exc, file=sys.stderr)
+        sched = self.engine.scheduler
+        touched = {seq.request_id for seq in (*sched.running.values(), *sched.swapped)}
+        touched |= {seq.request_id for seq in sched.waiting if seq.num_computed_tokens}
+        if not touched:                  # nothing was running: the step was admitting the waiting ones
+            touched = set(self.engine.unfinished_request_ids())
+        for request_id in touched:
+            self.engine.abort(request_id)
+        for name, q in list(self._routes.items()):
+            if name.split(":")[0] in touched:
+                q.put(LoopItem(None, error=exc))
+        self._publish()
+
+    def _publish(self, generated: int = 0) -> None:
+        """Refresh `stats` (a few attribute reads). `generated`: tokens the step just produced."""
+        old, now = self.stats, time.monotonic()
+        new = LoopStats.of(self.engine, old, generated, now=now)
+        if new.last is not old.last:
+            self._recent = [(t, g) for t, g in self._recent if now - t < 5.0] + [(now, new.generated)]
+        t0, g0 = self._recent[0] if self._recent else (now, new.generated)
+        fresh = self._recent and self._recent[-1][0] > now - 2.0      # idle for 2 s: 0 tokens/s
+        rate = (new.generated - g0) / (now - t0) if fresh and now - t0 > 0.2 else 0.0
+        self.stats = dataclasses.replace(new, tokens_per_s=rate)

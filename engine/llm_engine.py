@@ -1,67 +1,91 @@
 """LLMEngine: add requests, call step() until nothing is left, read the tokens as they come.
 
-One step:
+One step, and the record handed across each boundary (engine/core/records.py):
 
-    Scheduler.schedule()  ─►  ModelRunner.execute()  ─►  sample  ─►  append, stop checks, outputs
-    who runs, how many        swaps, copy-on-write,      one token     finished sequences free
-    tokens, which blocks      one forward pass           per row       their blocks at once
+    Scheduler.schedule()  ──SchedulerOutput──►  ModelRunner.execute()  ──ModelRunnerOutput──►
+    who runs, how many tokens,                  swaps, copy-on-write, one forward
+    which blocks                                pass, one sample per sampling row
 
-and a StepRecord of it goes into the trace. The engine is not thread-safe: one thread calls
-add_request / step / abort (LLM runs a loop thread for that and feeds streams from it).
+    Scheduler.update_from_output()  ──SequenceOutput──►  OutputProcessor  ──►  StreamEvents
+    advance, append, fork, free                          text, stop strings,    + a StepRecord
+                                                         metrics, outputs          in the trace
+
+The engine is not thread-safe: one thread calls add_request / step / abort (LLM runs a loop thread
+for that and feeds streams from it).
 """
 from __future__ import annotations
 
-import itertools
 import time
-from collections import OrderedDict
 from collections.abc import Hashable
 
-import torch
-
-from .block_manager import AllocatorState, BlockManager
 from .config import EngineConfig
-from .detokenizer import IncrementalDetokenizer
-from .kv_cache import KVCache, num_blocks_for
-from .model import Llama
-from .model_runner import ModelRunner
-from .outputs import RequestMetrics, RequestOutput, StreamEvent
-from .sampler import make_generator, sample
+from .core.block_manager import AllocatorState, BlockManager
+from .core.records import ModelRunnerOutput, SchedulerOutput
+from .core.scheduler import Scheduler
+from .core.sequence import Sequence, SequenceStatus
+from .core.static_batching import StaticBatchScheduler
+from .core.step_trace import ScheduledEntry, StepRecord, StepTrace
+from .model.llama import Llama
+from .output_processor import OutputProcessor
+from .spec_decode.factory import make_proposer
+from .spec_decode.stats import SpecDecodeStats
+from .outputs import RequestOutput, StreamEvent
 from .sampling_params import SamplingParams
-from .scheduler import Scheduler, SchedulerOutput
-from .sequence import Sequence, SequenceStatus
-from .trace import ScheduledEntry, StepRecord, StepTrace
-
-MAX_KEPT_OUTPUTS = 1024     # finished outputs waiting for take_output(); the oldest are dropped
+from .worker.kv_cache import KVCache
+from .worker.memory import plan_kv_cache
+from .worker.model_runner import ModelRunner
 
 
 class LLMEngine:
     def __init__(self, model: Llama, config: EngineConfig | None = None, tokenizer=None,
-                 static_batching: bool = False):
+                 static_batching: bool = False, scheduler_cls: type[Scheduler] | None = None,
+                 runner_factory=None, draft_model: Llama | None = None):
+        """`runner_factory`: tensor/pipeline parallel executors (engine/distributed); `draft_model`: the
+        loaded draft for speculative_config {"method": "draft_model", ...}."""
         self.model, self.tokenizer = model, tokenizer
         self.config = config = config or EngineConfig()
         weight = model.embed.weight
         self.device, self.dtype = weight.device, weight.dtype
-        num_blocks = num_blocks_for(model.config, config.block_size, self.dtype, self.device,
-                                    config.num_kv_blocks, config.kv_cache_bytes)
-        if config.num_kv_blocks is None:    # a memory budget: never more than the batch could ever fill
-            full_batch = config.max_num_seqs * -(-min(config.max_model_len, model.config.max_position_embeddings)
-                                                 // config.block_size)
-            num_blocks = min(num_blocks, full_batch)
-        num_swap = config.swap_space_blocks if config.preemption_mode == "swap" else 0
+        spec = config.speculative_config
+        if spec is not None:
+            spec.check_against(model.config.num_layers)
+            if static_batching or (scheduler_cls is not None and issubclass(scheduler_cls, StaticBatchScheduler)):
+                raise ValueError("speculative decoding runs with continuous batching only, not static batching")
+        draft_bytes = 0
+        if draft_model is not None:
+            from .worker.kv_cache import bytes_per_block
+            draft_bytes = bytes_per_block(draft_model.config, config.block_size, draft_model.embed.weight.dtype)
+        self.kv_plan = plan_kv_cache(model, config, extra_bytes_per_block=draft_bytes)
+        self.max_model_len = self.kv_plan.max_model_len
+        num_blocks, num_swap = self.kv_plan.num_blocks, config.swap_space_blocks if config.preemption_mode == "swap" else 0
         self.block_manager = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching, num_swap)
-        self.kv_cache = KVCache(model.config, num_blocks, config.block_size, self.dtype, self.device, num_swap)
-        self.scheduler = Scheduler(config, self.block_manager, static_batching)
-        self.runner = ModelRunner(model, self.kv_cache, self.block_manager)
-        self.trace = StepTrace(config.trace_capacity)
-        self.max_model_len = min(config.max_model_len, model.config.max_position_embeddings)
+        if runner_factory is None:
+            self.kv_cache = KVCache(model.config, num_blocks, config.block_size, self.dtype, self.device, num_swap)
+            self.runner = ModelRunner(model, self.kv_cache, config.max_num_batched_tokens, config.max_num_seqs,
+                                      self.max_model_len, cuda_graphs=not config.enforce_eager)
+        else:   # tensor/pipeline parallel (engine/distributed): rank 0's executor, which drives every rank
+            self.runner = runner_factory(num_blocks, num_swap, config.block_size)
+            self.kv_cache = self.runner.kv_cache      # rank 0's shard of the cache
         stop = {model.config.eos_token_id, getattr(tokenizer, "eos_token_id", None)}
-        self.eos_token_ids = frozenset(i for i in stop if i is not None)
-        self._seq_ids = itertools.count()
-        self._requests: dict[str, list[Sequence]] = {}          # unfinished request id -> its samples
-        self._detok: dict[int, IncrementalDetokenizer] = {}
-        self._outputs: OrderedDict[str, RequestOutput] = OrderedDict()
-        self._padding_events: dict[int, StreamEvent] = {}   # static batching: final events held back
+        scheduler_cls = scheduler_cls or (StaticBatchScheduler if static_batching else Scheduler)
+        self.scheduler = scheduler_cls(config, self.block_manager, self.max_model_len,
+                                       frozenset(i for i in stop if i is not None))
+        if spec is not None:
+            if runner_factory is not None:
+                raise ValueError("speculative decoding runs in one process, not with tensor/pipeline parallel workers")
+            self.runner.speculator.proposer = make_proposer(spec, self.runner, draft_model, num_swap)
+        self.output_processor = OutputProcessor(tokenizer, self.scheduler)
+        self.trace = StepTrace(config.trace_capacity)
+        self.spec_stats = SpecDecodeStats()       # every sampling pass of every sequence, since the start
         self._step = 0
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self.scheduler.eos_token_ids
+
+    @eos_token_ids.setter
+    def eos_token_ids(self, ids) -> None:
+        self.scheduler.eos_token_ids = frozenset(ids)
 
     # -- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None,
@@ -71,22 +95,20 @@ class LLMEngine:
         `prompt` is text (tokenized here) or token ids; `prompt_text` names the text that token ids
         came from, for the RequestOutput."""
         params = params or SamplingParams()
-        if request_id in self._requests:
+        if request_id in self.output_processor.requests:
             raise ValueError(f"request {request_id!r} is already running")
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("a text prompt needs a tokenizer; pass token ids instead")
-            text, ids = prompt, self.tokenizer.encode(prompt).ids
+            text, ids = prompt, self.tokenizer.encode_ids(prompt)
         else:
             text, ids = prompt_text, list(prompt)
         self._check_fits(len(ids), params)
-        seq = Sequence(next(self._seq_ids), request_id, ids, params,
-                       arrival_s if arrival_s is not None else time.perf_counter(),
-                       generator=make_generator(params.seed), prompt=text, num_samples_to_fork=params.n - 1)
-        self._requests[request_id] = [seq]
-        self._detok[seq.seq_id] = self._new_detok(params)
+        seq = Sequence(self.scheduler.new_seq_id(), request_id, ids, params, num_samples_to_fork=params.n - 1)
+        self.output_processor.add(seq.seq_id, request_id, seq.name, text, ids, params,
+                                  arrival_s if arrival_s is not None else time.perf_counter())
         self.scheduler.add(seq)
-        return [self._output_id(request_id, i, params.n) for i in range(params.n)]
+        return [request_id if params.n == 1 else f"{request_id}:{i}" for i in range(params.n)]
 
     def _check_fits(self, prompt_len: int, params: SamplingParams) -> None:
         total = prompt_len + params.max_tokens
@@ -102,155 +124,75 @@ class LLMEngine:
         if self.block_manager.blocks_for(total) > self.block_manager.num_blocks:
             raise ValueError(f"{total} tokens need more KV blocks than the cache has ({self.block_manager.num_blocks})")
 
-    def _new_detok(self, params: SamplingParams) -> IncrementalDetokenizer | None:
-        return IncrementalDetokenizer(self.tokenizer, params.stop) if self.tokenizer is not None else None
-
-    @staticmethod
-    def _output_id(request_id: str, index: int, n: int) -> str:
-        return request_id if n == 1 else f"{request_id}:{index}"
-
     def abort(self, request_id: str) -> None:
         """Stop a request wherever it is (waiting, running, swapped); its blocks are freed at once."""
-        for seq in self._requests.pop(request_id, []):
-            if not seq.is_finished:
-                seq.finish_reason = "abort"
-                self._release(seq, time.perf_counter())
+        for seq_id in self.output_processor.seq_ids(request_id):
+            self.scheduler.finish(seq_id, "abort")
+        self.output_processor.release(self.scheduler.take_finished())
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
     def unfinished_request_ids(self) -> list[str]:
-        return list(self._requests)
+        return list(self.output_processor.requests)
 
     def take_output(self, output_id: str) -> RequestOutput | None:
         """The RequestOutput of a finished (or aborted) sample, handed over once."""
-        return self._outputs.pop(output_id, None)
+        return self.output_processor.outputs.pop(output_id, None)
 
     # -- one step ------------------------------------------------------------------------------
     def step(self) -> list[StreamEvent]:
-        """Schedule, run the model once, sample; returns one StreamEvent per token generated."""
-        pool = self.block_manager.pool
-        before = (pool.num_allocated, pool.num_freed, pool.num_shared, pool.num_evicted)
+        """Schedule, run the model once, update, produce outputs; one StreamEvent per new token."""
+        blocks_before = self.block_manager.pool.counters()
         t0 = time.perf_counter()
-        out = self.scheduler.schedule()
+        scheduled = self.scheduler.schedule()
         t1 = time.perf_counter()
-        logits, sampled = self.runner.execute(out)
-        entries = [ScheduledEntry(self._name(s.seq), s.seq.seq_id, s.kind, s.num_new_tokens,
-                                  s.seq.num_computed_tokens, s.num_cached_tokens) for s in out.scheduled]
-        for s in out.scheduled:
-            s.seq.num_computed_tokens += s.num_new_tokens
-            self.block_manager.cache_full_blocks(s.seq.seq_id, s.seq.token_ids, s.seq.num_computed_tokens)
+        result = self.runner.execute(scheduled)
         t2 = time.perf_counter()
-        events, finished = self._sample_and_append(logits, sampled) if logits is not None else ([], [])
-        for seq, _ in out.preempted:
-            if seq.is_padding:          # static batching: a finished request lost its seat, so it is done
-                events.append(self._padding_events[seq.seq_id])
-                finished.append(self._release(seq, time.perf_counter()))
+        updates = self.scheduler.update_from_output(scheduled, result)
+        for update in updates:
+            self.spec_stats.add(update.verified, len(update.new_token_ids))
+        events, finished = self.output_processor.process(updates)
         t3 = time.perf_counter()
-        self._record(out, entries, finished, before, t0, t1 - t0, t2 - t1, t3 - t2)
+        self._record(scheduled, result, finished, blocks_before, t0, t1 - t0, t3 - t2)
         return events
 
-    def _sample_and_append(self, logits: torch.Tensor, sampled: list[Sequence]):
-        rows, seqs = [], []
-        for row, seq in enumerate(sampled):
-            for s in [seq] + self._fork(seq):      # n > 1: the samples draw from the same logits row
-                rows.append(row)
-                seqs.append(s)
-        tokens = sample(logits[rows], [s.params for s in seqs], [s.generator for s in seqs])
-        now = time.perf_counter()
-        events, finished = [], []
-        for seq, token in zip(seqs, tokens):
-            seq.append_token(token, now)
-            if seq.is_padding:
-                if seq.num_tokens >= self.max_model_len:           # padding cannot go on: release it
-                    events.append(self._padding_events[seq.seq_id])
-                    finished.append(self._release(seq, now))
-                continue
-            event = self._check_stop(seq, token)
-            if event.finished and self.scheduler.static_batching:
-                seq.num_output_tokens_final = len(seq.output_token_ids)   # keep computing: no early exit
-                self._padding_events[seq.seq_id] = event
-                continue
-            if event.finished:
-                finished.append(self._release(seq, now))
-            events.append(event)
-        if self.scheduler.static_batching and self.scheduler.running and \
-                all(s.is_padding for s in self.scheduler.running.values()):
-            for seq in list(self.scheduler.running.values()):         # the batch is over: release everyone
-                events.append(self._padding_events.pop(seq.seq_id))
-                finished.append(self._release(seq, now))
-        return events, finished
-
-    def _fork(self, seq: Sequence) -> list[Sequence]:
-        """The first time a prompt is complete, its other n - 1 samples split off, sharing its blocks."""
-        if seq.num_samples_to_fork == 0:
-            return []
-        children = []
-        for i in range(1, seq.num_samples_to_fork + 1):
-            seed = None if seq.params.seed is None else seq.params.seed + i
-            child = Sequence(next(self._seq_ids), seq.request_id, seq.prompt_token_ids, seq.params, seq.arrival_s,
-                             sample_index=i, generator=make_generator(seed), prompt=seq.prompt,
-                             token_ids=list(seq.token_ids), num_computed_tokens=seq.num_computed_tokens)
-            self.block_manager.fork(seq.seq_id, child.seq_id)
-            self.scheduler.add_running(child)
-            self._requests[seq.request_id].append(child)
-            self._detok[child.seq_id] = self._new_detok(seq.params)
-            children.append(child)
-        seq.num_samples_to_fork = 0
-        return children
-
-    def _check_stop(self, seq: Sequence, token: int) -> StreamEvent:
-        detok, p = self._detok[seq.seq_id], seq.params
-        is_eos = token in self.eos_token_ids and not p.ignore_eos
-        delta = detok.add(token) if detok is not None and not is_eos else ""
-        if is_eos or (detok is not None and detok.stopped):
-            seq.finish_reason = "stop"
-        elif len(seq.output_token_ids) >= p.max_tokens or seq.num_tokens >= self.max_model_len:
-            seq.finish_reason = "length"
-        seq.text = detok.text if detok is not None else ""
-        return StreamEvent(self._name(seq), token, delta, seq.text, seq.finish_reason is not None, seq.finish_reason)
-
-    def _release(self, seq: Sequence, now: float) -> str:
-        """Finish one sample: free its blocks, keep its RequestOutput for take_output()."""
-        self.scheduler.finish(seq)
-        seq.finished_s = now
-        self._detok.pop(seq.seq_id, None)
-        self._padding_events.pop(seq.seq_id, None)
-        name = self._name(seq)
-        metrics = RequestMetrics(seq.arrival_s, seq.first_token_s, list(seq.token_times_s), now)
-        self._outputs[name] = RequestOutput(name, seq.prompt or "", seq.text, seq.output_token_ids,
-                                            seq.finish_reason, metrics, list(seq.prompt_token_ids))
-        while len(self._outputs) > MAX_KEPT_OUTPUTS:
-            self._outputs.popitem(last=False)
-        samples = self._requests.get(seq.request_id, [])
-        if samples and all(s.is_finished for s in samples) and samples[0].num_samples_to_fork == 0:
-            del self._requests[seq.request_id]
-        return name
-
-    def _name(self, seq: Sequence) -> str:
-        return self._output_id(seq.request_id, seq.sample_index, seq.params.n)
-
-    # -- trace & introspection -----------------------------------------------------------------
-    def _record(self, out: SchedulerOutput, entries, finished, before, start, sched_s, fwd_s, sample_s) -> None:
+    def _record(self, out: SchedulerOutput, result: ModelRunnerOutput, finished, blocks_before, start,
+                sched_s, output_s) -> None:
         pool, s = self.block_manager.pool, self.scheduler
-        alloc, freed, shared, evicted = before
+        alloc, freed, shared, evicted = (now - then for now, then in zip(pool.counters(), blocks_before))
+        verified = {v.seq_id: v for v in result.verified}
+        entries = [ScheduledEntry.of(r, verified.get(r.seq_id)) for r in out.scheduled]
+        verify = [e for e in entries if e.kind == "verify"]
         self.trace.append(StepRecord(
-            step=self._step, start_s=start, schedule_s=sched_s, forward_s=fwd_s, sample_s=sample_s,
-            entries=entries, num_batched_tokens=out.num_batched_tokens,
+            step=self._step, start_s=start, schedule_s=sched_s, prepare_s=result.prepare_s,
+            propose_s=result.propose_s, forward_s=result.forward_s, sample_s=result.sample_s, output_s=output_s,
+            gpu_forward_s=result.gpu_forward_s, gpu_sample_s=result.gpu_sample_s,
+            cuda_graph_batch=result.cuda_graph_batch,
+            entries=entries, num_batched_tokens=sum(e.num_tokens + e.num_draft_tokens for e in entries),
             num_prefill_tokens=sum(e.num_tokens for e in entries if e.kind == "prefill"),
             num_decode_tokens=sum(e.num_tokens for e in entries if e.kind == "decode"),
-            preempted=[(self._name(q), mode) for q, mode in out.preempted],
-            swapped_in=[self._name(q) for q in out.swapped_in], finished=finished,
-            blocks_allocated=pool.num_allocated - alloc, blocks_freed=pool.num_freed - freed,
-            blocks_shared=pool.num_shared - shared, blocks_copied=len(out.blocks_to_copy),
-            blocks_evicted=pool.num_evicted - evicted, num_free_blocks=pool.num_free, num_blocks=pool.num_blocks,
+            num_padding_tokens=sum(e.num_tokens for e in entries if e.padding),
+            num_verify_tokens=sum(e.num_tokens + e.num_draft_tokens for e in verify),
+            num_draft_tokens=sum(e.num_draft_tokens for e in verify),
+            num_accepted_tokens=sum(e.num_accepted_tokens for e in verify),
+            preempted=list(out.preempted), swapped_in=list(out.swapped_in), finished=finished,
+            blocks_allocated=alloc, blocks_freed=freed, blocks_shared=shared, blocks_copied=len(out.blocks_to_copy),
+            blocks_evicted=evicted, num_free_blocks=pool.num_free, num_blocks=pool.num_blocks,
             prefix_query_tokens=out.prefix_query_tokens, prefix_hit_tokens=out.prefix_hit_tokens,
-            num_running=len(s.running), num_waiting=len(s.waiting), num_swapped=len(s.swapped)))
+            num_running=len(s.running), num_waiting=len(s.waiting), num_swapped=len(s.swapped), parallel=result.parallel))
         self._step += 1
 
+    def close(self) -> None:
+        """Stop what the engine started: a parallel engine's worker processes (nothing otherwise)."""
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()
+
+    # -- introspection -------------------------------------------------------------------------
     def allocator_state(self) -> AllocatorState:
         """The block manager's state with owners named by output id instead of internal sequence id."""
-        names: dict[Hashable, str] = {seq.seq_id: self._name(seq) for seqs in self._requests.values() for seq in seqs}
+        names: dict[Hashable, str] = {seq_id: seq.name for seq_id, seq in self.scheduler.seqs.items()}
         state = self.block_manager.state()
         for block in state.blocks:
             block.owners = [names.get(o, o) for o in block.owners]
@@ -262,8 +204,5 @@ class LLMEngine:
         return self.block_manager.num_free_blocks
 
     def sequence_status(self, output_id: str) -> SequenceStatus | None:
-        request_id = output_id.rsplit(":", 1)[0] if output_id not in self._requests else output_id
-        for seq in self._requests.get(request_id, []):
-            if self._name(seq) == output_id:
-                return seq.status
-        return None
+        seq = self.scheduler.seqs.get(self.output_processor.names.get(output_id, -1))
+        return seq.status if seq is not None else None

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .spec_decode.stats import SpecDecodeStats
+
 
 @dataclass(slots=True)
 class RequestMetrics:
@@ -10,6 +12,7 @@ class RequestMetrics:
     first_token_s: float | None = None
     token_times_s: list[float] = field(default_factory=list)   # one per generated token
     finished_s: float | None = None
+    spec: SpecDecodeStats | None = None                # passes, drafts proposed / kept, tokens per pass
 
     @property
     def ttft_s(self) -> float | None:

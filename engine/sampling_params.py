@@ -15,6 +15,8 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     n: int = 1                   # samples of one prompt (they share its KV blocks)
     ignore_eos: bool = False
+    num_speculative_tokens: int | None = None   # speculative engines: at most this many drafts a step for
+    #                                             this request (None = the engine's k, 0 = never speculate)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -29,6 +31,8 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.num_speculative_tokens is not None and self.num_speculative_tokens < 0:
+            raise ValueError(f"num_speculative_tokens must be >= 0 (0 = no drafts), got {self.num_speculative_tokens}")
         if isinstance(self.stop, str):
             self.stop = [self.stop]
 

@@ -1,10 +1,13 @@
-"""Attention kernels for the paged KV cache: Triton on CUDA, PyTorch references everywhere else.
+"""The engine's kernels: Triton on CUDA, PyTorch references everywhere else.
 
-The engine calls `write_kv` and `paged_attention`; each picks its backend per call:
+Paged KV cache: `write_kv`, `paged_attention`. Small per-token ops of a Llama block, each one launch
+instead of several: `rms_norm` (with the residual add), `rope` (queries and keys), `swiglu`.
+Each call picks its backend:
 - Triton when the tensors are on CUDA and triton imports,
 - the PyTorch reference otherwise (the CPU path),
-- or whatever the environment variable KERNELS_BACKEND=reference|triton forces (tests use this).
-`write_kv_reference`, `paged_attention_triton`, ... name one backend explicitly.
+- or whatever the environment variable KERNELS_BACKEND=reference|triton forces (read once, at
+  import: the engine calls these twice per layer per step; `force_backend` changes it later).
+`write_kv_reference`, `paged_attention_triton`, `rms_norm_triton`, ... name one backend explicitly.
 """
 
 from __future__ import annotations
@@ -15,33 +18,59 @@ import torch
 
 from .reference import paged_attention as paged_attention_reference
 from .reference import write_kv as write_kv_reference
+from .reference_small_ops import rms_norm as rms_norm_reference
+from .reference_small_ops import rope as rope_reference
+from .reference_small_ops import swiglu as swiglu_reference
 
 try:  # triton is Linux-only; a CPU install without it still gets the reference path
     from .triton_attention import paged_attention as paged_attention_triton
     from .triton_kv import write_kv as write_kv_triton
+    from .triton_rms_norm import rms_norm as rms_norm_triton
+    from .triton_rope import rope as rope_triton
+    from .triton_swiglu import swiglu as swiglu_triton
 except ImportError:  # pragma: no cover - depends on the install
-    paged_attention_triton = write_kv_triton = None
+    paged_attention_triton = write_kv_triton = rms_norm_triton = rope_triton = swiglu_triton = None
 
 __all__ = [
     "backend_for",
+    "force_backend",
     "paged_attention",
     "paged_attention_reference",
     "paged_attention_triton",
+    "rms_norm",
+    "rms_norm_reference",
+    "rms_norm_triton",
+    "rope",
+    "rope_reference",
+    "rope_triton",
+    "swiglu",
+    "swiglu_reference",
+    "swiglu_triton",
     "write_kv",
     "write_kv_reference",
     "write_kv_triton",
 ]
 
 
+def force_backend(name: str | None) -> None:
+    """Force 'reference' or 'triton' for every call from now on; None (or '') goes back to by-device."""
+    global _forced
+    name = (name or "").strip().lower() or None
+    if name not in (None, "reference", "triton"):
+        raise ValueError(f"KERNELS_BACKEND must be 'reference' or 'triton', not {name!r}")
+    if name == "triton" and paged_attention_triton is None:
+        raise RuntimeError("KERNELS_BACKEND=triton but triton could not be imported")
+    _forced = name
+
+
+_forced: str | None = None
+force_backend(os.environ.get("KERNELS_BACKEND"))
+
+
 def backend_for(device: torch.device) -> str:
     """'triton' or 'reference': the backend a call on tensors of this device will use."""
-    forced = os.environ.get("KERNELS_BACKEND", "").strip().lower()
-    if forced in ("reference", "triton"):
-        if forced == "triton" and paged_attention_triton is None:
-            raise RuntimeError("KERNELS_BACKEND=triton but triton could not be imported")
-        return forced
-    if forced:
-        raise ValueError(f"KERNELS_BACKEND must be 'reference' or 'triton', not {forced!r}")
+    if _forced is not None:
+        return _forced
     return "triton" if device.type == "cuda" and paged_attention_triton is not None else "reference"
 
 
@@ -56,3 +85,21 @@ def paged_attention(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc
     if backend_for(q.device) == "triton":
         return paged_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale)
     return paged_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale)
+
+
+def rms_norm(x, weight, eps: float, residual=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(normed, new_residual): residual + x, then RMSNorm of it. See reference_small_ops.rms_norm."""
+    impl = rms_norm_triton if backend_for(x.device) == "triton" else rms_norm_reference
+    return impl(x, weight, eps, residual)
+
+
+def rope(q, k, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys rotated by their tokens' angles, one launch. See reference_small_ops.rope."""
+    impl = rope_triton if backend_for(q.device) == "triton" else rope_reference
+    return impl(q, k, cos, sin)
+
+
+def swiglu(gate, up) -> torch.Tensor:
+    """silu(gate) * up. See reference_small_ops.swiglu."""
+    impl = swiglu_triton if backend_for(gate.device) == "triton" else swiglu_reference
+    return impl(gate, up)

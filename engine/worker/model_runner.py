@@ -1,0 +1,277 @@
+"""ModelRunner: one SchedulerOutput in, one forward pass and its samples, one ModelRunnerOutput out.
+
+It reads nothing but the record: no block manager, no live sequences. Every scheduled request
+contributes its new tokens to one flat batch (no padding, except in a CUDA graph's batch):
+
+    A: decode 1 token        input_ids        [ a7 | b0 b1 b2 b3 | c4 ]
+    B: prefill chunk of 4    positions        [  7 |  0  1  2  3 |  4 ]
+    C: decode 1 token        query_start_loc  [0, 1, 5, 6]
+                             slot_mapping     block_ids[p // block_size] * block_size + p % block_size
+
+Only a request with sample=True gets logits: its last token's row (plus one per draft token when
+it verifies drafts). A middle chunk of a chunked prefill only fills the KV cache.
+
+On a GPU the step waits for the device once: inputs are written into pinned host memory and copied
+in one non-blocking copy (step_buffer.py), the sampler runs on the device (sampler.sample_tokens),
+and the only read back is the sampled token ids. Decode batches replay a captured CUDA graph
+(cuda_graphs.py); prefill and mixed batches run eagerly.
+
+Speculative decoding (engine/spec_decode/): before the forward pass the Speculator asks the proposer
+for each verify row's drafts (a new record with draft_token_ids filled in); after it, each verify
+row's k + 1 logits rows are judged there, and the row's VerifiedDraft comes back in the output.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..core.records import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from ..model.attention import AttentionMetadata, PagedAttention
+from ..loader.progress import log
+from ..model.llama import Llama
+from ..model.sampler import SamplingBatch, SeededGenerators, sample_tokens
+from .cuda_graphs import CudaGraph, DecodeGraphs, decode_plan, graph_batch_sizes
+from ..spec_decode.speculator import Speculator
+from .kv_cache import KVCache
+from .step_buffer import StepBuffer, layout
+
+_DRAW_FIELDS = ("sampled", "top_k", "temperature", "top_p", "min_p", "u")   # one entry per random draw
+
+
+@dataclass(slots=True)
+class StepInputs:
+    input_ids: torch.Tensor        # [T] (T includes a CUDA graph's padding rows)
+    positions: torch.Tensor        # [T]
+    meta: AttentionMetadata
+    logits_indices: torch.Tensor   # [L]: the hidden rows that get logits, in request order
+    sampling: SamplingBatch        # one draw per sampled row (forked siblings draw from one row)
+    draw_seq_ids: list[int] = field(default_factory=list)           # the sequence each draw belongs to
+    verify: list[tuple[ScheduledRequest, int]] = field(default_factory=list)  # (request, first logits row)
+
+
+class ModelRunner:
+    def __init__(self, model: Llama, kv_cache: KVCache, max_num_tokens: int = 2048, max_num_seqs: int = 64,
+                 max_model_len: int | None = None, cuda_graphs: bool = False):
+        self.model, self.kv_cache = model, kv_cache
+        self.device = kv_cache.device
+        self.block_size = bs = kv_cache.block_size
+        self.attn = PagedAttention(kv_cache, model.config.head_dim)   # built once, bound per step
+        self.generators = SeededGenerators()
+        # A CUDA graph's block table has one fixed width: enough blocks for the longest sequence.
+        self.max_blocks_per_seq = -(-(max_model_len or model.config.max_position_embeddings) // bs)
+        self.buffer = StepBuffer(self.device)
+        # Room for the largest step, so no step reallocates (which would strand captured graphs): drafts
+        # ride beside the token budget, and lookahead slots may add a block or two past max_model_len.
+        n, s = max_num_tokens + 8 * max_num_seqs, max_num_seqs
+        self.buffer.reserve(layout(dict(
+            input_ids=n, positions=n, slot_mapping=n, seq_lens=s, query_start_loc=s + 1,
+            block_tables=s * (self.max_blocks_per_seq + 8), logits_indices=n, sample_rows=s,
+            **dict.fromkeys(_DRAW_FIELDS, s)))[1])
+        self.graphs: DecodeGraphs | None = None
+        self._graph_generation = -1
+        if cuda_graphs and self.device.type == "cuda":
+            self.capture_graphs(graph_batch_sizes(max_num_seqs))
+        self.speculator = Speculator()     # no proposer: drafts that arrive in the record are still verified
+
+    # -- CUDA graphs -------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def capture_graphs(self, sizes: list[int], capture=CudaGraph) -> bool:
+        """Capture decode graphs for these batch sizes (`capture` is swappable so CPU tests can stand in)."""
+        cfg = self.model.config
+        context = self.max_blocks_per_seq * self.block_size
+        self.graphs = DecodeGraphs(
+            self._graph_forward, lambda size: self.prepare_inputs(SchedulerOutput(), pad_to=size), sizes,
+            lambda size: decode_plan(size, cfg.num_heads, cfg.num_kv_heads, context, self.device), capture)
+        self._graph_generation = self.buffer.generation
+        if not self.graphs.capture_all():
+            self.graphs = None
+        return self.graphs is not None
+
+    def _graph_forward(self, size: int) -> torch.Tensor:
+        """Logits of every row of a decode batch of `size`, reading the step buffer's fixed addresses."""
+        offsets, _ = layout(dict(input_ids=size, positions=size, slot_mapping=size, seq_lens=size,
+                                 query_start_loc=size + 1, block_tables=size * self.max_blocks_per_seq))
+        v = self.buffer.views(offsets)
+        meta = AttentionMetadata(v["slot_mapping"], v["block_tables"].view(size, self.max_blocks_per_seq),
+                                 v["seq_lens"], v["query_start_loc"])
+        hidden = self.model(v["input_ids"], v["positions"], self.attn.bind(meta))
+        return self.model.compute_logits(hidden)
+
+    def graph_size_for(self, out: SchedulerOutput) -> int | None:
+        """The captured batch size this step replays, or None to run it eagerly (prefill, mixed, too big)."""
+        if self.graphs is None:
+            return None
+        if self.buffer.generation != self._graph_generation:     # the input buffer moved: graphs read stale memory
+            log(f"CUDA graphs off, running eagerly (a step outgrew the input buffer: {self.buffer.capacity} bytes)")
+            self.graphs = None
+            return None
+        if not all(r.num_tokens == 1 and r.sample and not r.draft_token_ids for r in out.scheduled):
+            return None
+        return self.graphs.size_for(len(out.scheduled))
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def prepare_inputs(self, out: SchedulerOutput, pad_to: int | None = None, draw: bool = True) -> StepInputs:
+        """Every tensor of the step, from the record alone, in one copy. With pad_to (a CUDA graph's
+        batch size) the batch is padded to that many one-token rows and the block table is full width.
+        draw=False: the forward's inputs and logits rows only, no sampler draws (a pipeline micro-batch,
+        whose rows are sampled with the whole step's, so each seeded generator advances once)."""
+        reqs, bs = out.scheduled, self.block_size
+        lens = np.fromiter((r.num_tokens + len(r.draft_token_ids) for r in reqs), np.int64, len(reqs))
+        starts = np.fromiter((r.start_pos for r in reqs), np.int64, len(reqs))
+        S, T = len(reqs), int(lens.sum())
+        B, Tp = (pad_to, pad_to) if pad_to else (S, T)
+        W = self.max_blocks_per_seq if pad_to else max((len(r.block_ids) for r in reqs), default=0)
+        logit_rows, draws, verify = self._logits_and_draws(reqs, lens)
+        if not draw:
+            draws, verify = [], []
+        sampled = [i for i, (_, p, _, _) in enumerate(draws) if not p.greedy]
+        h = self.buffer.begin(dict(
+            input_ids=Tp, positions=Tp, slot_mapping=Tp, seq_lens=B, query_start_loc=B + 1, block_tables=B * W,
+            logits_indices=len(logit_rows), sample_rows=len(draws), **dict.fromkeys(_DRAW_FIELDS, len(sampled))))
+
+        qsl = h["query_start_loc"]
+        qsl[0] = 0
+        np.cumsum(lens, out=qsl[1:S + 1])
+        qsl[S + 1:] = T + np.arange(1, B - S + 1)                 # padding rows: one token each
+        h["seq_lens"][:S] = starts + lens
+        h["seq_lens"][S:] = 1
+        table = h["block_tables"].reshape(B, W)
+        table.fill(0)                                             # unused entries: 0, never read
+        for i, r in enumerate(reqs):
+            table[i, :len(r.block_ids)] = r.block_ids
+        h["input_ids"][:T] = [t for r in reqs for t in (r.token_ids + r.draft_token_ids)]
+        owner = np.repeat(np.arange(S), lens)                     # the request of each token
+        pos = (np.arange(T) - qsl[owner] + starts[owner]) if T != S else starts
+        h["positions"][:T] = pos
+        h["slot_mapping"][:T] = table[owner, pos // bs].astype(np.int64) * bs + pos % bs
+        h["input_ids"][T:], h["positions"][T:], h["slot_mapping"][T:] = 0, 0, -1   # -1: write_kv skips it
+        h["logits_indices"][:] = logit_rows
+        h["sample_rows"][:] = [row for row, _, _, _ in draws]
+        h["sampled"][:] = sampled
+        for j, i in enumerate(sampled):
+            _, p, gen, _ = draws[i]
+            h["temperature"][j], h["top_k"][j], h["top_p"][j], h["min_p"][j] = p.temperature, p.top_k, p.top_p, p.min_p
+            h["u"][j] = torch.rand(1, generator=gen).item()       # the draw's number, from its own generator
+
+        d = self.buffer.commit()
+        meta = AttentionMetadata(d["slot_mapping"], d["block_tables"].view(B, W), d["seq_lens"], d["query_start_loc"])
+        sampling = SamplingBatch(d["sample_rows"], d["sampled"], d["temperature"], d["top_k"], d["top_p"],
+                                 d["min_p"], d["u"])
+        return StepInputs(d["input_ids"], d["positions"], meta, d["logits_indices"], sampling,
+                          [seq_id for _, _, _, seq_id in draws], verify)
+
+    def _logits_and_draws(self, reqs: list[ScheduledRequest], lens: np.ndarray):
+        """Hidden rows that get logits; each draw as (logits row, params, generator, seq_id); verify requests."""
+        logit_rows, draws, verify, end = [], [], [], 0
+        for r, n in zip(reqs, lens.tolist()):
+            end += n
+            if not r.sample:
+                continue
+            first = len(logit_rows)
+            logit_rows += range(end - 1 - len(r.draft_token_ids), end)   # the last token, and every draft
+            if r.draft_token_ids:
+                verify.append((r, first))
+                continue
+            # n > 1: the forked siblings draw from the same row, each with its own generator
+            for index, seq_id in enumerate([r.seq_id] + r.fork_seq_ids, start=r.sample_index):
+                p, seed = r.sampling_params, r.sampling_params.seed
+                gen = None if p.greedy or seed is None else self.generators.get(seq_id, seed + index, r.num_output_tokens)
+                draws.append((first, p, gen, seq_id))
+        return logit_rows, draws, verify
+
+    # -- one step ----------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        """Move blocks as the scheduler asked, run the model, sample.
+
+        Order matters: swap-outs read blocks that this same step may hand to someone else, and
+        copy-on-write reads blocks before anything is written into them.
+        """
+        t0 = time.perf_counter()
+        for seq_id in out.finished_seq_ids:
+            self.generators.forget(seq_id)
+        self.speculator.forget(out.finished_seq_ids)
+        self.kv_cache.swap_out(out.blocks_to_swap_out)
+        self.kv_cache.swap_in(out.blocks_to_swap_in)
+        self.kv_cache.copy_blocks(out.blocks_to_copy)
+        self.speculator.move_blocks(out)
+        if not out.scheduled:
+            return ModelRunnerOutput()
+        tp = time.perf_counter()
+        out = self.speculator.propose(out)          # verify rows get their drafts (a new record)
+        propose_s = time.perf_counter() - tp
+        graph_size = self.graph_size_for(out)
+        inputs = self.prepare_inputs(out, pad_to=graph_size)
+        timer = _GpuTimer(self.device)
+        t1 = time.perf_counter()
+        if graph_size is not None:
+            logits = self.graphs.replay(graph_size)[:len(out.scheduled)]   # padding rows dropped
+        else:
+            hidden = self.model(inputs.input_ids, inputs.positions, self.attn.bind(inputs.meta))
+            # The LM head only for rows that are sampled: a 2,000-token prefill needs one row, not 2,000.
+            logits = self.model.compute_logits(hidden[inputs.logits_indices]) if inputs.logits_indices.numel() else None
+        timer.mark()
+        t2 = time.perf_counter()
+        result = ModelRunnerOutput(prepare_s=t1 - t0 - propose_s, forward_s=t2 - t1, propose_s=propose_s,
+                                   cuda_graph_batch=graph_size or 0)
+        if logits is None:
+            return result
+        self.sample(out, inputs, logits, result, timer)
+        if len(timer.events) < 3:                   # no plain draws (only verify rows): mark after them
+            timer.mark()
+        result.sample_s = time.perf_counter() - t2
+        result.gpu_forward_s, result.gpu_sample_s = timer.elapsed()
+        return result
+
+    def sample(self, out: SchedulerOutput, inputs: StepInputs, logits: torch.Tensor,
+               result: ModelRunnerOutput, timer: _GpuTimer | None = None) -> None:
+        """Draw every sampled row on the device, then read the ids back: the step's one wait. Verify
+        rows (1 + k logits rows each) are judged by the speculator: greedy match or rejection sampling."""
+        if out.return_probs:
+            result.sampled_probs = []
+        if inputs.draw_seq_ids:
+            tokens, probs = sample_tokens(logits, inputs.sampling)
+            if timer is not None:
+                timer.mark()            # before the read: once the ids are here, this event has happened
+            if out.return_probs:        # ids and probabilities in one read (float64 holds any token id)
+                ids, ps = torch.stack([tokens.double(), probs.double()]).tolist()
+                result.sampled_token_ids, result.sampled_probs = [[int(t)] for t in ids], [[p] for p in ps]
+            else:
+                result.sampled_token_ids = [[t] for t in tokens.tolist()]
+            self.buffer.device_caught_up()
+            result.seq_ids = list(inputs.draw_seq_ids)
+        verdicts = self.speculator.verify([(r, logits[first:first + 1 + len(r.draft_token_ids)])
+                                           for r, first in inputs.verify])
+        if verdicts:
+            self.buffer.device_caught_up()          # the verdicts were read back to the host
+        for (r, _), v in zip(inputs.verify, verdicts):   # row j predicts the token after draft j - 1 (spec_decode/)
+            tokens = r.draft_token_ids[:v.num_accepted] + [v.final_token_id]
+            result.seq_ids.append(r.seq_id)
+            result.sampled_token_ids.append(tokens)
+            result.verified.append(v)
+            if out.return_probs:
+                result.sampled_probs.append(v.target_probs[:v.num_accepted] + [v.final_prob]
+                                            if v.target_probs is not None else [1.0] * len(tokens))
+
+
+class _GpuTimer:
+    """Device time between marks, from CUDA events: read after the step's one wait, so reading them
+    waits for nothing (None when they are not done, and always None on the CPU)."""
+
+    def __init__(self, device: torch.device):
+        self.on, self.events = device.type == "cuda", []
+        self.mark()
+
+    def mark(self) -> None:
+        if self.on:
+            self.events.append(torch.cuda.Event(enable_timing=True))
+            self.events[-1].record()
+
+    def elapsed(self) -> tuple[float | None, float | None]:
+        e = self.events
+        if len(e) < 3 or not e[-1].query():
+            return None, None
+        return e[0].elapsed_time(e[1]) / 1e3, e[1].elapsed_time(e[2]) / 1e3
