@@ -1,18 +1,13 @@
 """Live widgets that chapters place with ``::: widget NAME {json args}``.
 
-``REGISTRY`` maps a directive name to a factory ``factory(engine_handle, **directive_args)`` that
-returns a Panel component. The engine handle is the app's shared ``EngineHandle``: a widget calls
-``handle.start()`` when it first needs the model and reads ``handle.snapshot()`` / ``handle.llm``.
-A name missing here is an unknown directive: the page shows a notice and the tests fail.
+Each module registers its factory with ``widgets.common.register`` (see widgets/common/README.md);
+importing this package imports them all, so ``REGISTRY`` maps every directive name to its factory
+``factory(engine_handle, **directive_args)`` returning a Panel component.
 """
 from __future__ import annotations
 
-from typing import Callable
+from widgets.common.registry import REGISTRY, discover
 
-from widgets.generate import make_generate
-
-REGISTRY: dict[str, Callable[..., object]] = {
-    "generate": make_generate,
-}
+discover()
 
 __all__ = ["REGISTRY"]

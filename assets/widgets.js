@@ -1,0 +1,162 @@
+// Page helpers for the widgets (loaded on every page beside app.js). Bokeh renders each pane in its
+// own shadow root, so these listen on the document and look at the event's composed path.
+(function () {
+  "use strict";
+
+  // 0. One anonymous id per browser (random, in a cookie), so the engine dashboard can mark this reader's
+  //    requests as "yours" on any page, and the per-reader limits count every tab of one reader.
+  if (!/(?:^|; )reader=[0-9a-f]{16}(?:;|$)/.test(document.cookie)) {
+    const id = Array.from(crypto.getRandomValues(new Uint8Array(8)), (b) => b.toString(16).padStart(2, "0")).join("");
+    document.cookie = "reader=" + id + "; path=/; max-age=86400; SameSite=Strict";
+  }
+
+  function deepFind(root, sel) {
+    const hit = root.querySelector(sel);
+    if (hit) return hit;
+    for (const el of root.querySelectorAll("*")) {
+      if (el.shadowRoot) {
+        const found = deepFind(el.shadowRoot, sel);
+        if (found) return found;
+      }
+    }
+    return null;
+  }
+
+  // 1. Hover links. Elements with the same data-link value in one pane light up together (a token's
+  //    coloured span and its id), and the nearest .hover-readout shows the data-tip of the hovered
+  //    element, or of an element linked to it.
+  let lit = null;
+  function light(el, on) {
+    const root = el.getRootNode();
+    const key = el.getAttribute("data-link");
+    root.querySelectorAll('[data-link="' + CSS.escape(key) + '"]').forEach((e) => e.classList.toggle("linked", on));
+    let box = el.parentElement, readout = null;          // the nearest .hover-readout around it
+    while (box && !(readout = box.querySelector(".hover-readout"))) box = box.parentElement;
+    const tipped = el.dataset.tip ? el : root.querySelector('[data-link="' + CSS.escape(key) + '"][data-tip]');
+    if (readout && on && tipped) readout.textContent = tipped.dataset.tip;
+  }
+  function linkTarget(e) {
+    for (const el of e.composedPath()) {
+      if (el.getAttribute && el.hasAttribute("data-link")) return el;
+    }
+    return null;
+  }
+  function over(e) {
+    const el = linkTarget(e);
+    if (el === lit) return;
+    if (lit) light(lit, false);
+    lit = el;
+    if (el) light(el, true);
+  }
+  // mousemove as well as mouseover: Chrome skips mouseover after some re-renders of a pane.
+  document.addEventListener("mouseover", over, true);
+  document.addEventListener("mousemove", over, { capture: true, passive: true });
+  document.addEventListener("focusin", over, true);
+
+  // 2. The reader's sentence travels in the URL (widgets/common/sentence.py). The text box marked
+  //    .sentence-source is copied into ?sentence= once the reader changes it (replaceState: no reload,
+  //    no extra Back-button entries), and links to other pages of the app carry it along.
+  const LIMIT = 1000, SOURCE = "sentence-source";
+  let source = null, last = null, tries = 0;
+  function record(value) {
+    last = value;
+    const url = new URL(window.location.href);
+    if (value.trim() && value.length <= LIMIT) url.searchParams.set("sentence", value);
+    else url.searchParams.delete("sentence");
+    window.history.replaceState(window.history.state, "", url);
+  }
+  // Typing: "input" events cross shadow roots, so one listener sees a keystroke in any pane, at once.
+  document.addEventListener("input", (e) => {
+    const path = e.composedPath();
+    if (!path.some((el) => el.classList && el.classList.contains(SOURCE))) return;
+    const box = path[0];
+    if (!box || typeof box.value !== "string") return;
+    source = box;
+    if (box.value !== last) record(box.value);
+  }, true);
+  // Text the server puts in the box (a sample button) raises no event: watch the box we know of.
+  setInterval(() => {
+    if (!source || !source.isConnected) {
+      if (tries > 40 && tries++ % 5) return;                     // every 2 s after the first 16 s
+      const host = deepFind(document, "." + SOURCE);               // the widget's host; its box is inside
+      source = host ? (host.shadowRoot || host).querySelector("textarea, input") : null;
+      if (!source) { tries += 1; return; }
+      // The text the page opened with (a default, or the URL's sentence) stays out of the URL; a box
+      // found again after a re-render is compared with what was last recorded.
+      if (last === null) { last = source.value; return; }
+    }
+    if (source.value !== last) record(source.value);
+  }, 400);
+
+  function carry(e) {
+    const sentence = new URL(window.location.href).searchParams.get("sentence");
+    if (!sentence) return;
+    for (const el of e.composedPath()) {
+      if (el.tagName !== "A") continue;
+      const raw = el.getAttribute("href") || "";
+      if (!raw || raw.startsWith("#")) return;            // same-page anchors stay as they are
+      const url = new URL(el.href, window.location.href);
+      if (url.origin !== window.location.origin || url.pathname !== window.location.pathname) return;
+      url.searchParams.set("sentence", sentence);
+      el.href = url.toString();
+      return;
+    }
+  }
+  document.addEventListener("click", carry, true);
+  document.addEventListener("auxclick", carry, true);
+
+  // 3. Step with a key (llm-viz style). A widget holds an element such as
+  //    <div data-keys="ArrowRight n" data-press=".kv-step" tabindex="0">; while focus is anywhere in
+  //    that widget (except a text box or a list), those keys click the button inside the .kv-step
+  //    component of the same widget. Keys never act on a widget the reader is not in.
+  const TYPING = new Set(["INPUT", "TEXTAREA", "SELECT"]);
+  document.addEventListener("keydown", (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    const path = e.composedPath();
+    const first = path[0];
+    if (!first || TYPING.has(first.tagName) || first.isContentEditable) return;
+    const widget = path.find((el) => el.classList && [...el.classList].some((c) => c.startsWith("widget-")));
+    if (!widget) return;
+    const root = widget.shadowRoot || widget;
+    const zone = deepFind(root, "[data-keys]");
+    if (!zone || !zone.dataset.keys.split(" ").includes(e.key)) return;
+    const host = deepFind(root, zone.dataset.press);
+    const button = host && (host.shadowRoot || host).querySelector("button");
+    if (!button || button.disabled) return;
+    e.preventDefault();                                   // the arrow must not also scroll the page
+    button.click();
+  });
+
+  // 4. Text boxes have a length limit (maxlength); the browser alone would cut a long paste silently.
+  //    A paste that does not fit is refused when it is far over the limit (a 1 MB paste never reaches
+  //    the server) and cut to fit otherwise; either way a note under the box says so.
+  const REFUSE_FACTOR = 4;
+  function note(box, text) {
+    const root = box.getRootNode();
+    let p = root.querySelector(".paste-note");
+    if (!p) {
+      p = document.createElement("p");
+      p.className = "w-note paste-note";
+      p.setAttribute("role", "status");
+      box.insertAdjacentElement("afterend", p);
+    }
+    p.textContent = text;
+  }
+  document.addEventListener("paste", (e) => {
+    const box = e.composedPath()[0];
+    if (!box || !TYPING.has(box.tagName) || !(box.maxLength > 0)) return;
+    const pasted = (e.clipboardData && e.clipboardData.getData("text")) || "";
+    const kept = box.value.length - Math.abs((box.selectionEnd || 0) - (box.selectionStart || 0));
+    const room = box.maxLength - kept;
+    if (pasted.length <= room) return;
+    const n = (x) => x.toLocaleString("en-US");
+    if (pasted.length > REFUSE_FACTOR * box.maxLength) {
+      e.preventDefault();
+      note(box, "Not pasted: that text has " + n(pasted.length) + " characters and this box takes at most " +
+           n(box.maxLength) + ".");
+    } else {
+      note(box, "Only the first " + n(Math.max(room, 0)) + " pasted characters fit: this box takes at most " +
+           n(box.maxLength) + " characters.");
+    }
+  }, true);
+})();

@@ -1,0 +1,57 @@
+"""Reader input is text: escape it, limit it, clamp numbers, and say so when we do.
+
+    esc("<img src=x onerror=alert(1)>")   -> "&lt;img src=x onerror=alert(1)&gt;"   (safe in any pane)
+    clip("…25,000 characters…", 20_000)   -> ("…first 20,000…", "Only the first 20,000 characters are used.")
+    clamp(500, 1, 128, "Max new tokens")  -> (128, "Max new tokens is 1–128: using 128.")
+
+Every helper returns the note to show beside the input (or None), so a limit is never silent.
+``esc`` also hides ``$`` and ``\\`` behind HTML entities: Panel's HTML pane typesets ``$…$`` as math,
+and a reader's dollar sign must stay a dollar sign. ``show_token`` writes one token's text the way
+the chapters do, with ␣ for a leading space and visible escapes for control characters.
+"""
+from __future__ import annotations
+
+import html
+
+
+def esc(text: object) -> str:
+    """HTML-escape anything for a pane (quotes too, so it is safe inside attributes)."""
+    return html.escape(str(text), quote=True).replace("\\", "&#92;").replace("$", "&#36;")
+
+
+def clip(text: str | None, limit: int, what: str = "characters") -> tuple[str, str | None]:
+    """At most ``limit`` characters of ``text``, and a note if some were cut."""
+    text = text or ""
+    if len(text) <= limit:
+        return text, None
+    return text[:limit], f"Only the first {limit:,} {what} are used (the limit is {limit:,})."
+
+
+def clamp(value, lo: int, hi: int, what: str) -> tuple[int, str | None]:
+    """``value`` as an int in [lo, hi], and a note if it was out of range or not a number."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return lo, f"{what} must be a whole number from {lo} to {hi}: using {lo}."
+    if number < lo or number > hi:
+        used = min(max(number, lo), hi)
+        return used, f"{what} is {lo}–{hi}: using {used}, not {number:,}."
+    return number, None
+
+
+_CONTROL = {"\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def show_token(piece: str) -> str:
+    """One token's text for a label (not escaped): ␣ for spaces, ↵ ⇥ for line breaks and tabs."""
+    if not piece:
+        return "∅"
+    out = piece.replace(" ", "␣")
+    for ch, mark in _CONTROL.items():
+        out = out.replace(ch, mark)
+    return "".join(c if c.isprintable() or c in "␣↵⇥␍" else f"\\x{ord(c):02x}" for c in out)
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """"1 token", "3 tokens", "12,345 tokens"."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"

@@ -1,0 +1,100 @@
+"""Looks shared by every widget: stylesheets, HTML panes, a colour-blind-safe palette, and Bokeh
+figures that follow the app's light or dark theme (``?theme=dark``).
+
+    dark = is_dark()                                   # the reader's theme, from the URL
+    pane = html_pane("<p>…</p>", ["tok-out"])          # our CSS loaded, math typesetting off
+    fig = themed_figure(height=320, dark=dark)         # a Bokeh figure in the page's colours
+    PALETTE[i % len(PALETTE)]                          # Okabe–Ito colours, safe for colour-blind readers
+
+CSS lives in ``assets/widgets.css`` (served by the app as ``static/widgets.css``), never inline: Bokeh
+renders each pane in its own shadow root, so every pane lists the stylesheets it needs. The page's
+colours come from Panel's theme variables, which inherit into shadow roots; a Bokeh canvas cannot
+read CSS, so ``style_figure`` sets its colours from the theme explicitly.
+"""
+from __future__ import annotations
+
+import panel as pn
+
+# Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision
+# deficiency. Yellow is last: it has too little contrast on a light background for thin marks.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442"]
+MARKERS = ["circle", "square", "triangle", "diamond", "inverted_triangle", "hex", "star"]
+
+# Text, muted text, grid and surface colours of the two themes, for canvases that cannot read CSS.
+_INK = {
+    False: {"text": "#1d1d1f", "muted": "#5f6368", "grid": "#e3e6ea", "axis": "#b9bec4", "surface": "#ffffff"},
+    True: {"text": "#e8e8ea", "muted": "#a9adb3", "grid": "#33383e", "axis": "#5a6068", "surface": "#1e2226"},
+}
+
+# Panel's dark theme keeps its mid-blue primary colour, too dark for link text on a dark page.
+DARK_OVERRIDES = ":host { --ex-accent: #7cc4ff; }"
+
+
+def static_url(name: str) -> str:
+    """Root-relative URL of a file in assets/, served by Bokeh as the directory app's static/."""
+    path = "/app"
+    ctx = pn.state.curdoc.session_context if pn.state.curdoc else None
+    if ctx is not None and ctx.request is not None and ctx.request.path:
+        path = ctx.request.path.rstrip("/") or "/app"
+    return f"{path}/static/{name}"
+
+
+def is_dark() -> bool:
+    """The reader's theme: the page was opened with ``theme=dark`` (Panel reads the same argument)."""
+    from widgets.common.sentence import query_arg
+    return query_arg("theme") == "dark"
+
+
+def stylesheets(dark: bool | None = None) -> list[str]:
+    """The app's and the widgets' CSS, plus the dark theme's overrides when it is on."""
+    dark = is_dark() if dark is None else dark
+    sheets = [static_url("app.css"), static_url("widgets.css")]
+    return sheets + [DARK_OVERRIDES] if dark else sheets
+
+
+def html_pane(markup: str = "", css_classes: list[str] | None = None, dark: bool | None = None,
+              **kw) -> pn.pane.HTML:
+    """An HTML pane for widget output: our stylesheets, full width, no math typesetting (a reader's
+    ``$`` stays a dollar sign). Everything put into it must already be escaped (``text.esc``)."""
+    kw.setdefault("sizing_mode", "stretch_width")
+    kw.setdefault("margin", (0, 0))
+    return pn.pane.HTML(markup, stylesheets=stylesheets(dark), disable_math=True,
+                        css_classes=css_classes or [], **kw)
+
+
+def ink(dark: bool | None = None) -> dict[str, str]:
+    """The theme's colours as hex strings: text, muted, grid, axis, surface."""
+    return _INK[is_dark() if dark is None else dark]
+
+
+def style_figure(fig, dark: bool | None = None):
+    """Give a Bokeh figure the page's colours: transparent background, themed text, grid and axes."""
+    c = ink(dark)
+    fig.background_fill_alpha = 0
+    fig.border_fill_alpha = 0
+    fig.outline_line_color = None
+    for axis in fig.axis:
+        axis.axis_label_text_color = c["text"]
+        axis.major_label_text_color = c["muted"]
+        axis.axis_line_color = c["axis"]
+        axis.major_tick_line_color = c["axis"]
+        axis.minor_tick_line_color = None
+        axis.axis_label_text_font_style = "normal"
+    for grid in fig.grid:
+        grid.grid_line_color = c["grid"]
+    if fig.title is not None:
+        fig.title.text_color = c["text"]
+    if fig.legend:
+        for legend in fig.legend:
+            legend.background_fill_alpha = 0
+            legend.border_line_color = None
+            legend.label_text_color = c["text"]
+    return fig
+
+
+def themed_figure(dark: bool | None = None, **kw):
+    """A Bokeh figure styled by ``style_figure``; keyword arguments go to ``bokeh.plotting.figure``."""
+    from bokeh.plotting import figure
+    kw.setdefault("sizing_mode", "stretch_width")
+    kw.setdefault("toolbar_location", None)
+    return style_figure(figure(**kw), dark)

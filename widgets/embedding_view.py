@@ -1,0 +1,100 @@
+"""How the embedding explorer draws its numbers: HTML for the cosine and the neighbour list, a Bokeh
+scatter for the PCA map (one renderer per word set, so the legend, colours and markers never move).
+Everything that came from the reader is escaped here."""
+from __future__ import annotations
+
+import panel as pn
+
+from widgets.common import MARKERS, PALETTE, esc, label_html, show_token
+from widgets.common.theme import ink, is_dark, themed_figure
+
+
+def _bar(value: float) -> str:
+    """A cosine from −1 to 1 as a bar growing left or right from the middle."""
+    pct = max(-1.0, min(1.0, value)) * 50
+    side = f"left: 50%; width: {pct:.1f}%" if pct >= 0 else f"left: {50 + pct:.1f}%; width: {-pct:.1f}%"
+    return f'<span class="emb-bar" aria-hidden="true"><span class="emb-fill{" neg" if pct < 0 else ""}" style="{side}"></span></span>'
+
+
+def compare_html(c: dict | None, label: str) -> str:
+    if c is None:
+        return ""
+    return (f'<div class="emb-compare"><p class="emb-cos">cosine(“{esc(show_token(c["a"]))}”, '
+            f'“{esc(show_token(c["b"]))}”) = <b class="emb-cos-value">{c["cos"]:.2f}</b> {_bar(c["cos"])}</p>'
+            f'<ul class="emb-how">{"".join(f"<li>{esc(h)}</li>" for h in c["how"])}</ul>'
+            f"<p>{label_html(label)}</p></div>")
+
+
+def neighbours_html(n: dict | None, label: str) -> str:
+    if n is None:
+        return ""
+    rows = "".join(
+        f'<li><code class="emb-tok">{esc(show_token(text))}</code><span class="w-small emb-id">id {tid}</span>'
+        f'<span class="emb-val">{cos:.2f}</span>{_bar(cos)}</li>' for tid, text, cos in n["rows"])
+    return (f'<div class="emb-neighbours"><p>The ten rows nearest to “{esc(show_token(n["word"]))}” among all '
+            f'of the table (cosine similarity):</p><ol class="emb-list">{rows}</ol>'
+            f'<p class="w-small">{esc(n["how"])}. {label_html(label)}</p></div>')
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def facts_html(facts: list, label: str, modelled_label: str) -> str:
+    vocab, hidden, dtype, here, bf16, q8 = facts
+    return (f'<p class="w-small emb-facts">The table: {vocab:,} rows × {hidden} columns = {vocab * hidden:,} numbers. '
+            f"Here, in {esc(dtype)}: <b>{_mb(here)}</b> {label_html(label.split(' in ')[0])}. "
+            f"In bf16 it would take {_mb(bf16)}, and as Q8_0, the 8-bit format the shipped file uses for it "
+            f"(32 values in 34 bytes), {_mb(q8)} {label_html(modelled_label)}.</p>")
+
+
+_SYMBOL = {"circle": "●", "square": "■", "triangle": "▲", "diamond": "◆", "inverted_triangle": "▼", "hex": "⬢", "star": "★"}
+
+
+def legend_html(set_names: list[str]) -> str:
+    """The map's key, in the same colours and shapes as the points."""
+    keys = "".join(f'<span class="emb-key"><span style="color: {PALETTE[i % len(PALETTE)]}" aria-hidden="true">'
+                   f"{_SYMBOL[MARKERS[i % len(MARKERS)]]}</span> {esc(name)}</span>" for i, name in enumerate(set_names))
+    return f'<p class="w-small emb-legend">Word sets on the map (click a button to show or hide it): {keys}</p>'
+
+
+class EmbeddingMap:
+    """The 2-D PCA picture: ``show(map_data)`` replaces the points; the figure itself is built once."""
+
+    def __init__(self, set_names: list[str]):
+        from bokeh.models import ColumnDataSource, HoverTool, LabelSet
+        dark = is_dark()
+        c = ink(dark)
+        self.fig = themed_figure(dark, height=380, min_border_left=10, x_axis_label="PC1", y_axis_label="PC2")
+        self.sources = {}
+        for i, name in enumerate(set_names):
+            src = ColumnDataSource({"x": [], "y": [], "word": [], "pieces": [], "set": []})
+            self.fig.scatter("x", "y", source=src, size=11, marker=MARKERS[i % len(MARKERS)],
+                             color=PALETTE[i % len(PALETTE)], alpha=.9)
+            self.fig.add_layout(LabelSet(x="x", y="y", text="word", source=src, x_offset=7, y_offset=-4,
+                                         text_font_size="11px", text_color=c["text"]))
+            self.sources[name] = src
+        self.fig.add_tools(HoverTool(tooltips=[("word", "@word"), ("set", "@set"), ("tokens", "@pieces"),
+                                               ("PC1, PC2", "@x{0.00}, @y{0.00}")]))
+        # Labels sit right of their points: leave room on that side. The key is HTML (legend_html),
+        # where it wraps on a phone; a Bokeh legend would be cut off.
+        self.fig.x_range.range_padding, self.fig.y_range.range_padding = 0.3, 0.12
+        self.pane = pn.pane.Bokeh(self.fig, sizing_mode="stretch_width", css_classes=["emb-map"])
+
+    def show(self, data: dict) -> None:
+        by_set: dict[str, dict[str, list]] = {n: {"x": [], "y": [], "word": [], "pieces": [], "set": []}
+                                              for n in self.sources}
+        for name, word, pieces, n_tokens, x, y in data["points"]:
+            if name not in by_set:
+                continue
+            d = by_set[name]
+            d["x"].append(x)
+            d["y"].append(y)
+            d["word"].append(word)
+            d["pieces"].append(f"{pieces} ({n_tokens} tokens, averaged)" if n_tokens > 1 else pieces)
+            d["set"].append(name)
+        for name, src in self.sources.items():
+            src.data = by_set[name]
+        share = data["share"]
+        self.fig.xaxis.axis_label = f"PC1 ({100 * share[0]:.0f}% of the spread)"
+        self.fig.yaxis.axis_label = f"PC2 ({100 * share[1]:.0f}%)"

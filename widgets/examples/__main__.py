@@ -1,0 +1,5 @@
+import sys
+
+from widgets.common.examples import main
+
+sys.exit(main())

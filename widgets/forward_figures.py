@@ -1,0 +1,94 @@
+"""The forward-pass widget's Bokeh figures: built once per session, then fed new data.
+
+    norms_figure   ‖stream‖ after each layer, every token faint, the followed token bold (log scale:
+                   the first token's stream grows a hundred times longer than the others')
+    strip_figure   one token's vector at the current stage, one bar per dimension
+    answer_figure  logit lens: the probability of the model's final prediction after each layer
+
+Every mark has a hover tooltip; Bokeh escapes the token text it shows.
+"""
+from __future__ import annotations
+
+from bokeh.models import ColumnDataSource, HoverTool, Span
+
+from widgets.common import PALETTE, style_figure, themed_figure
+from widgets.common.text import show_token
+from widgets.common.theme import ink
+
+FOLLOW, OTHERS, NEGATIVE = PALETTE[1], PALETTE[5], PALETTE[1]
+
+
+def positive(dark: bool) -> str:
+    """Okabe–Ito blue on a light page, its sky-blue sibling on a dark one (the deep blue is too dim there)."""
+    return PALETTE[5] if dark else PALETTE[0]
+
+
+def norms_figure(dark: bool):
+    """Returns (figure, sources, marker): sources["all"] holds every token's points, ["one"] the
+    followed token's line; ``marker`` is the vertical line at the layer being looked at."""
+    fig = themed_figure(dark=dark, height=250, y_axis_type="log", x_range=(-0.5, 30.5),
+                        x_axis_label="layer (0 = embedding)", y_axis_label="length of the stream ‖x‖")
+    every = ColumnDataSource(dict(layer=[], norm=[], token=[], pos=[]))
+    one = ColumnDataSource(dict(layer=[], norm=[], token=[], pos=[]))
+    fig.scatter("layer", "norm", source=every, size=4, color=OTHERS, alpha=0.45, legend_label="other tokens")
+    fig.line("layer", "norm", source=one, color=FOLLOW, line_width=2.5)
+    dots = fig.scatter("layer", "norm", source=one, size=7, color=FOLLOW, legend_label="followed token")
+    fig.add_layout(fig.legend[0], "above")       # outside the plot: it would cover the points
+    fig.legend.orientation = "horizontal"
+    fig.legend.label_text_font_size = "11px"
+    style_figure(fig, dark)                       # again, now that the legend exists
+    marker = Span(location=0, dimension="height", line_color=ink(dark)["muted"], line_dash="dashed", line_width=1)
+    fig.add_layout(marker)
+    fig.add_tools(HoverTool(tooltips=[("token", "@pos: @token"), ("after layer", "@layer"),
+                                      ("length", "@norm{0,0.0}")]))
+    return fig, {"all": every, "one": one}, marker
+
+
+def norms_data(tokens: list[str], norms: list[list[float]], follow: int) -> tuple[dict, dict]:
+    layers = range(len(norms))
+    shown = [show_token(t) for t in tokens]
+    every = dict(layer=[], norm=[], token=[], pos=[])
+    for pos, label in enumerate(shown):
+        if pos == follow:
+            continue
+        every["layer"] += list(layers)
+        every["norm"] += [norms[layer][pos] for layer in layers]
+        every["token"] += [label] * len(norms)
+        every["pos"] += [pos] * len(norms)
+    one = dict(layer=list(layers), norm=[norms[layer][follow] for layer in layers],
+               token=[shown[follow]] * len(norms), pos=[follow] * len(norms))
+    return every, one
+
+
+def strip_figure(dark: bool):
+    fig = themed_figure(dark=dark, height=170, x_axis_label="dimension of the 576-number vector",
+                        y_axis_label="value")
+    source = ColumnDataSource(dict(dim=[], value=[], color=[]))
+    fig.vbar(x="dim", top="value", width=0.9, source=source, color="color")
+    fig.add_tools(HoverTool(tooltips=[("dimension", "#@dim"), ("value", "@value{+0.000}")], mode="vline"))
+    fig.xgrid.grid_line_color = None
+    return fig, source
+
+
+def strip_data(vector: list[float], dark: bool) -> dict:
+    up = positive(dark)
+    return dict(dim=list(range(len(vector))), value=vector, color=[up if v >= 0 else NEGATIVE for v in vector])
+
+
+def answer_figure(dark: bool):
+    fig = themed_figure(dark=dark, height=200, x_range=(-0.5, 30.5), y_range=(0, 1.02),
+                        x_axis_label="layer (0 = embedding)", y_axis_label="p(final prediction)")
+    source = ColumnDataSource(dict(layer=[], p=[], rank=[], top=[], top_p=[]))
+    fig.line("layer", "p", source=source, color=PALETTE[2], line_width=2)
+    fig.scatter("layer", "p", source=source, size=6, color=PALETTE[2])
+    marker = Span(location=0, dimension="height", line_color=ink(dark)["muted"], line_dash="dashed", line_width=1)
+    fig.add_layout(marker)
+    fig.add_tools(HoverTool(tooltips=[("after layer", "@layer"), ("p(final prediction)", "@p{0.0%}"),
+                                      ("its rank", "@rank"), ("top token here", "@top (@top_p{0.0%})")]))
+    return fig, source, marker
+
+
+def answer_data(lens: list[dict]) -> dict:
+    return dict(layer=[r["layer"] for r in lens], p=[r["answer_p"] for r in lens],
+                rank=[r["answer_rank"] for r in lens], top=[show_token(r["top"][0][1]) for r in lens],
+                top_p=[r["top"][0][2] for r in lens])
