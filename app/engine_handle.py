@@ -1,16 +1,24 @@
 """One inference engine per server process, shared by every reader's session.
 
 ``shared_engine()`` returns the process-wide ``EngineHandle`` (cached with ``pn.state.as_cached``).
-Creating the handle is instant; the model is loaded in a background thread the first time a page
-needs it (``handle.start()``), so the Tornado event loop never waits on a download or a load, and
-every session sees the same status: idle -> loading -> ready (or failed, with the reason).
+Creating the handle is instant; the model is loaded in a background thread that starts with the
+server (app/app_hooks.py calls ``handle.start()``; a page that finds it idle starts it too), so the
+Tornado event loop never waits on a download or a load, and every session sees the same status:
+idle -> loading (with the engine's latest progress line) -> ready (or failed, with the reason).
+
+Readers cannot see the server console, so while loading, the handle also keeps the last line the
+engine printed there ("[engine] unpacking: 50%") for the page header to show.
 
 ``LLM_EXPLAINER_RANDOM_WEIGHTS=1`` loads the same architecture with random weights and no file:
 the UI tests use it when they only check mechanics (the text is gibberish, the pipeline is real).
 """
 from __future__ import annotations
 
+import atexit
+import io
+import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -19,6 +27,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+EXIT_WAIT_S = 2.0          # at exit, how long a model load in progress may take to finish
 RANDOM_WEIGHTS_ENV = "LLM_EXPLAINER_RANDOM_WEIGHTS"
 
 
@@ -27,6 +36,7 @@ class EngineStatus(str, Enum):
     LOADING = "loading"
     READY = "ready"
     FAILED = "failed"
+    STOPPED = "stopped"      # it was ready, then its loop thread ended (the reason is in detail)
 
 
 @dataclass(slots=True, frozen=True)
@@ -34,6 +44,34 @@ class EngineSnapshot:
     status: EngineStatus
     detail: str            # what the reader is told: "", the load time, or the error
     random_weights: bool
+    progress: str = ""     # while loading: the engine's latest console line, e.g. "unpacking: 50%"
+    elapsed_s: float = 0.0  # while loading: seconds since the load began
+
+
+_PATH = re.compile(r"\s*(?:\b(?:from|to|in|into)\s+)?(?:/|~/|[A-Za-z]:\\)\S*")
+
+
+class _ConsoleTee(io.TextIOBase):
+    """stderr while the engine loads: everything still goes to the console, and the handle keeps
+    the latest "[engine] ..." progress line (the engine reports progress only there)."""
+
+    def __init__(self, inner, keep):
+        self.inner, self.keep = inner, keep
+
+    def write(self, text: str) -> int:
+        for line in text.replace("\r", "\n").splitlines():
+            line = line.strip()
+            if line.startswith("[engine] "):
+                # Readers see this line: no file paths of the server, and short.
+                line = _PATH.sub("", line.removeprefix("[engine] ")).strip()
+                self.keep(line if len(line) <= 80 else line[:79] + "…")
+        return self.inner.write(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return False                      # one line per update, not a redrawn bar
 
 
 def _console(msg: str) -> None:
@@ -55,6 +93,8 @@ class EngineHandle:
         self._detail = ""
         self._llm = None
         self._thread: threading.Thread | None = None
+        self._progress = ""
+        self._t0 = 0.0
 
     def start(self) -> None:
         """Begin loading in the background if nobody has yet; returns at once."""
@@ -62,11 +102,38 @@ class EngineHandle:
             if self._status is not EngineStatus.IDLE:
                 return
             self._status = EngineStatus.LOADING
+            self._t0 = time.perf_counter()
             self._thread = threading.Thread(target=self._load, name="engine-load", daemon=True)
             self._thread.start()
+            atexit.register(self._leave_while_loading)
+
+    def _leave_while_loading(self) -> None:
+        """The process is exiting (SIGTERM, sys.exit) with the model perhaps still loading. A loading thread
+        caught inside torch while the interpreter tears down makes the C++ runtime abort ("terminate called
+        without an active exception", exit code -6). Give the load EXIT_WAIT_S to end; if it has not, flush
+        the logs and leave at once with code 0 — nothing is lost, nothing was being served."""
+        if self._ready.wait(EXIT_WAIT_S):
+            close = getattr(self._llm, "close", None)   # loaded meanwhile: its loop may have missed the exit hooks
+            if close is not None:
+                close()
+            return
+        _console("exiting while the engine was still loading")
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr, sys.__stderr__):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(0)
+
+    def _keep_progress(self, line: str) -> None:
+        with self._lock:
+            self._progress = line
 
     def _load(self) -> None:
         t0 = time.perf_counter()
+        saved_stderr = sys.stderr
+        sys.stderr = _ConsoleTee(saved_stderr, self._keep_progress)
         what = "random weights (LLM_EXPLAINER_RANDOM_WEIGHTS=1)" if self.random_weights else "the default model"
         _console(f"starting the shared engine with {what}; download and load progress follows")
         try:
@@ -86,14 +153,23 @@ class EngineHandle:
             secs = time.perf_counter() - t0
             with self._lock:
                 self._llm = llm
-                self._status, self._detail = EngineStatus.READY, f"loaded in {secs:.1f} s on {llm.device}"
+                self._status, self._detail = EngineStatus.READY, f"loaded in {secs:.1f} s on {llm.device_name}"
             _console(f"engine ready: {self._detail}")
         finally:
+            if isinstance(sys.stderr, _ConsoleTee):
+                sys.stderr = saved_stderr
             self._ready.set()
 
     def snapshot(self) -> EngineSnapshot:
         with self._lock:
-            return EngineSnapshot(self._status, self._detail, self.random_weights)
+            loop = getattr(self._llm, "loop", None)
+            if self._status is EngineStatus.READY and loop is not None and not loop.alive:
+                return EngineSnapshot(EngineStatus.STOPPED, loop.failure or "the engine loop was closed",
+                                      self.random_weights)
+            loading = self._status is EngineStatus.LOADING
+            return EngineSnapshot(self._status, self._detail, self.random_weights,
+                                  self._progress if loading else "",
+                                  time.perf_counter() - self._t0 if loading else 0.0)
 
     @property
     def llm(self):

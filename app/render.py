@@ -11,6 +11,9 @@ rendered by markdown-it with three extras:
   server. Every ``$`` and ``\\`` outside math is written as an HTML entity, so nothing in prose or
   code can be mistaken for math.
 * Fenced code highlighted by Pygments on the server (classes only; the colours are in app.css).
+* ``{recorded:NAME:PATH|FORMAT}`` and ``{recorded-source:NAME}``: a GPU figure read from
+  engine/bench/data/NAME.json, labelled with its device, command and date, or "not recorded yet"
+  (app/recorded_figures.py). Chapters never type such a number in.
 
 Raw HTML is off except the one form the content format allows:
 ``<details><summary>...</summary>`` ... ``</details>``. Everything else is escaped.
@@ -94,6 +97,33 @@ def _highlight(code: str, lang: str, _attrs) -> str:
     return _entity_guard(out)
 
 
+def _recorded_rule(state, silent: bool) -> bool:
+    """Inline rule for {recorded:...} and {recorded-source:...} (see app/recorded_figures.py)."""
+    src, pos = state.src, state.pos
+    if not src.startswith("{recorded", pos):
+        return False
+    end = src.find("}", pos)
+    if end < 0:
+        return False
+    from app.recorded_figures import FIGURE_RE, SOURCE_RE   # reads engine data: loaded on first use
+    text = src[pos:end + 1]
+    m, source = FIGURE_RE.fullmatch(text), SOURCE_RE.fullmatch(text)
+    if m is None and source is None:
+        return False
+    if not silent:
+        tok = state.push("recorded_figure", "", 0)
+        tok.meta = m.groupdict() if m else {"source": source["name"]}
+    state.pos = end + 1
+    return True
+
+
+def _render_recorded(tokens, idx) -> str:
+    from app.recorded_figures import figure_html, source_html
+    meta = tokens[idx].meta
+    out = source_html(meta["source"]) if "source" in meta else figure_html(meta["name"], meta["path"], meta["fmt"])
+    return _entity_guard(out)
+
+
 def _glossary_rule(state, silent: bool) -> bool:
     """Inline rule for [[display|term]] / [[term]]; runs before markdown-it's link rule."""
     src, pos = state.src, state.pos
@@ -126,7 +156,9 @@ class ChapterRenderer:
         md.use(dollarmath_plugin, allow_space=False, allow_digits=False, double_inline=True,
                allow_labels=False)
         md.inline.ruler.before("link", "glossary_term", _glossary_rule)
+        md.inline.ruler.before("emphasis", "recorded_figure", _recorded_rule)
         r = md.add_render_rule
+        r("recorded_figure", lambda _r, tokens, idx, options, env: _render_recorded(tokens, idx))
         r("glossary_term", lambda _r, tokens, idx, options, env: self._render_term(tokens, idx, options, env))
         r("math_inline", lambda self_, tokens, idx, options, env: "\\(" + _tex(tokens[idx].content) + "\\)")
         r("math_inline_double", self._render_display_math)

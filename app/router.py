@@ -11,7 +11,8 @@ from app.engine_handle import shared_engine
 from app.glossary import load_glossary
 from app.links import Links
 from app.render import ChapterRenderer, HtmlSegment, Notice, PlannedWidget, WidgetSegment
-from app.shell import html_pane, page
+from app.engine_status import engine_status_pane
+from app.shell import html_pane, page, stylesheets
 from app.toc import table_of_contents
 
 log = logging.getLogger(__name__)
@@ -35,8 +36,9 @@ def build(args: dict) -> pn.viewable.Viewable:
     slug, page_name = _arg(args, "chapter"), _arg(args, "page")
 
     if slug is None and page_name is None:
+        dashboard = _widget(WidgetSegment("engine_dashboard", {}), dark)   # the engine serving everyone
         return _shell(pages.SITE_TITLE, links, dark, toc, None, None,
-                      [html_pane(pages.cover_html(toc, links), dark, ["ex-cover"])])
+                      [html_pane(pages.cover_html(toc, links), dark, ["ex-cover"]), dashboard])
     if slug is None and page_name == "glossary":
         titles = {c.slug: f"{c.number:02d} {c.title}" for c in chapters}
         body = pages.glossary_html(load_glossary(), titles, links)
@@ -90,4 +92,5 @@ def _widget(seg: WidgetSegment, dark: bool):
 
 def _shell(title, links, dark, toc, current, page_name, main):
     return page(title=title, header=pages.header_html(links, dark, current, page_name),
-                sidebar=pages.sidebar_html(toc, links, current), main=main, dark=dark)
+                sidebar=pages.sidebar_html(toc, links, current), main=main, dark=dark,
+                status=engine_status_pane(shared_engine(), stylesheets(dark)))

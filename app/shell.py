@@ -11,14 +11,7 @@ from functools import lru_cache
 import panel as pn
 from pygments.formatters import HtmlFormatter
 
-
-def static_url(name: str) -> str:
-    """Root-relative URL of a file in assets/, served by Bokeh as the directory app's static/."""
-    path = "/app"
-    ctx = pn.state.curdoc.session_context if pn.state.curdoc else None
-    if ctx is not None and ctx.request is not None and ctx.request.path:
-        path = ctx.request.path.rstrip("/") or "/app"
-    return f"{path}/static/{name}"
+from widgets.common.theme import DARK_OVERRIDES, static_url
 
 
 @lru_cache(maxsize=2)
@@ -37,13 +30,11 @@ def pygments_css(dark: bool) -> str:
     return "\n".join(keep)
 
 
-# Panel's dark theme keeps its mid-blue primary colour, too dark for link text on a dark page.
-_DARK_OVERRIDES = ":host { --ex-accent: #7cc4ff; }"
 
 
 def stylesheets(dark: bool) -> list[str]:
     sheets = [static_url("app.css"), pygments_css(dark)]
-    return sheets + [_DARK_OVERRIDES] if dark else sheets
+    return sheets + [DARK_OVERRIDES] if dark else sheets
 
 
 def html_pane(markup: str, dark: bool, css_classes: list[str] | None = None, math: bool = False,
@@ -59,23 +50,32 @@ _HEAD = """{% block preamble %}{{ super() }}
 <meta name="description" content="An interactive explainer of LLM and vLLM inference, from the ground up.">
 {% if theme_name == "dark" %}<meta name="color-scheme" content="dark">{% endif %}
 {% endblock %}
-{% block postamble %}{{ super() }}<script src="{{ app_js }}" defer></script>{% endblock %}"""
+{% block postamble %}{{ super() }}<script src="{{ app_js }}" defer></script>
+<script src="{{ widgets_js }}" defer></script>{% endblock %}"""
 
 
-def page(*, title: str, header: str, sidebar: str, main: list, dark: bool) -> pn.viewable.Viewable:
+def page(*, title: str, header: str, sidebar: str, main: list, dark: bool,
+         status: pn.viewable.Viewable | None = None) -> pn.viewable.Viewable:
+    """The whole page; ``status`` (the engine's state) sits in the header row beside the links."""
     doc = pn.state.curdoc
     if doc is not None:
         doc.template = _HEAD          # Panel renders a str template as `{% extends base %}` + it
         doc.template_variables["app_favicon"] = static_url("favicon.svg")
         doc.template_variables["apple_icon"] = static_url("favicon.svg")
         doc.template_variables["app_js"] = static_url("app.js")
+        doc.template_variables["widgets_js"] = static_url("widgets.js")
     header_pane = html_pane(header, dark, ["ex-header"])
     sidebar_pane = html_pane(sidebar, dark, ["ex-sidebar"])
     main_col = pn.Column(*main, css_classes=["ex-main"], stylesheets=stylesheets(dark),
                          sizing_mode="stretch_width", margin=(0, 0))
     body = pn.FlexBox(sidebar_pane, main_col, flex_wrap="wrap", css_classes=["ex-shell"],
                       stylesheets=stylesheets(dark), sizing_mode="stretch_width", margin=(0, 0))
-    root = pn.Column(header_pane, body, sizing_mode="stretch_width", css_classes=["ex-root"],
+    top = header_pane
+    if status is not None:
+        top = pn.FlexBox(header_pane, status, flex_wrap="wrap", align_items="center", gap="0 1.5rem",
+                         css_classes=["ex-header-row"],
+                         stylesheets=stylesheets(dark), sizing_mode="stretch_width", margin=(0, 0))
+    root = pn.Column(top, body, sizing_mode="stretch_width", css_classes=["ex-root"],
                      stylesheets=stylesheets(dark), styles={"padding": "0 clamp(.8rem, 3vw, 2rem)"})
     root.servable(title=title)
     return root

@@ -1,0 +1,49 @@
+"""Server lifecycle hooks: Bokeh runs ``on_server_loaded`` once when `panel serve app` starts.
+
+The shared engine starts loading right then, in its background thread, so the first reader does not
+wait for the model and the page header can already say "loading…" or "ready" on every page.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def on_server_loaded(server_context) -> None:
+    if _ROOT not in sys.path:           # this hook runs before any page: the repo root is not on the path yet
+        sys.path.insert(0, _ROOT)
+    from app.engine_handle import shared_engine
+    from app.server_guard import install
+    _quiet_closed_websockets(asyncio.get_event_loop())
+    shared_engine().start()
+    install(server_context)
+
+
+def _quiet_closed_websockets(loop: asyncio.AbstractEventLoop) -> None:
+    """A reader closing a tab while the server still sends to it is a normal end, not an error.
+
+    Tornado writes each websocket message in a task of its own; when the socket has closed meanwhile,
+    that task ends with ``WebSocketClosedError`` and nobody awaits it, so asyncio logs "Task exception
+    was never retrieved" with a traceback for every closed tab. Those go to a one-line debug message;
+    every other unhandled exception still reaches the default handler.
+    """
+    from tornado.iostream import StreamClosedError
+    from tornado.websocket import WebSocketClosedError
+
+    previous = loop.get_exception_handler()
+    log = logging.getLogger("app.websocket")
+
+    def handler(loop, context):
+        if isinstance(context.get("exception"), (WebSocketClosedError, StreamClosedError)):
+            log.debug("a message to a closed websocket was dropped")
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
