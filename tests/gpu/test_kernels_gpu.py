@@ -9,7 +9,7 @@ import torch
 
 import kernels
 from kernels import reference
-from kernels.scenarios import make_paged_batch
+from kernels.bench.scenarios import make_paged_batch
 
 pytestmark = [
     pytest.mark.gpu,

@@ -8,6 +8,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+pytest.importorskip("playwright")
+pytest.importorskip("panel")
+pytest.importorskip("markdown_it")
+pytest.importorskip("mdit_py_plugins")
 
 from app.content import list_chapters  # noqa: E402
 from app.render import DIRECTIVE_RE  # noqa: E402

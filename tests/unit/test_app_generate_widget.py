@@ -1,109 +1,187 @@
-"""The generate widget's logic without a browser: loading state, escaping, pass counting, and the
-engine handle's background start. A fake engine keeps it instant and deterministic."""
+"""The generate widget without a browser: saved example first, loading state, input notes, escaping,
+the pass counter read from the engine's step trace, Stop; and the engine handle's background start.
+A fake engine keeps it instant and deterministic; test_widget_toolkit.py runs the real one."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
+
+pytest.importorskip("markdown_it")
+pytest.importorskip("mdit_py_plugins")
 
 pn = pytest.importorskip("panel")
 
 from app.engine_handle import EngineHandle, EngineSnapshot, EngineStatus  # noqa: E402
+from engine import ScheduledEntry, StepRecord  # noqa: E402
 from widgets import REGISTRY  # noqa: E402
 from widgets.generate import GenerateWidget  # noqa: E402
 
 
 @dataclass
 class _Ev:
+    request_id: str
     token_id: int
     text_delta: str
     finished: bool
     finish_reason: str | None = None
 
 
-class _Enc:
-    def __init__(self, ids):
-        self.ids = ids
-
-
 class FakeLLM:
-    device = "cpu"
+    """Streams fixed deltas and keeps a step trace like the engine's: a prefill step over the prompt
+    (part of it from the prefix cache), then one decode step per further token."""
+    device_name = "cpu (2 threads)"
+    config = type("C", (), {"name": "FakeLM"})()
 
-    def __init__(self, deltas):
-        self.deltas = deltas
+    def __init__(self, deltas, prompt_tokens=18, cached=15):
+        self.deltas, self.prompt_tokens, self.cached = deltas, prompt_tokens, cached
+        self.records: list[StepRecord] = [StepRecord(0, 0.0, 0.0, 0.01, 0.0)]   # someone else's step
         self.closed = False
-        self.tokenizer = type("T", (), {"encode": staticmethod(lambda text: _Enc(list(range(len(text.split())))))})()
+        self.seen_max_tokens = None
 
-    def format_prompt(self, prompt, chat):
-        return prompt
+    def num_steps(self):
+        return len(self.records)
+
+    def trace_since(self, step=0):
+        return [r for r in self.records if r.step >= step]
+
+    def _step(self, kind, n, before, cached=0):
+        entry = ScheduledEntry("req-7", 7, kind, n, before, cached)
+        self.records.append(StepRecord(len(self.records), 0.0, 0.001, 0.02, 0.001, entries=[entry]))
 
     def stream(self, prompt, params, chat=False):
+        self.seen_max_tokens = params.max_tokens
         try:
-            for i, d in enumerate(self.deltas):
-                last = i == len(self.deltas) - 1
-                yield _Ev(i, d, last, "length" if last else None)
+            for i, d in enumerate(self.deltas[:params.max_tokens]):
+                if i == 0:
+                    self._step("prefill", self.prompt_tokens - self.cached, self.cached, self.cached)
+                else:
+                    self._step("decode", 1, self.prompt_tokens + i - 1)
+                last = i == min(len(self.deltas), params.max_tokens) - 1
+                yield _Ev("req-7", 100 + i, d, last, "length" if last else None)
         finally:
             self.closed = True
 
 
+@dataclass
 class FakeHandle:
-    def __init__(self, status=EngineStatus.READY, llm=None):
-        self.status, self._llm, self.started = status, llm, False
+    status: EngineStatus = EngineStatus.READY
+    _llm: object = None
+    started: bool = False
+    random_weights: bool = False
+    detail: str = "loaded in 0.1 s on cpu (2 threads)"
 
     def start(self):
         self.started = True
 
     def snapshot(self):
-        return EngineSnapshot(self.status, "loaded in 0.1 s on cpu", False)
+        return EngineSnapshot(self.status, self.detail, self.random_weights)
 
     @property
     def llm(self):
         return self._llm
 
 
+def _run(w: GenerateWidget):
+    w._on_click()
+    assert w._runner.wait_idle(5)
+
+
 def test_registry_builds_generate_from_directive_args():
-    w = REGISTRY["generate"](FakeHandle(), prompt="Hello")
+    w = REGISTRY["generate"](FakeHandle(_llm=FakeLLM([])), prompt="Hello")
     assert isinstance(w, GenerateWidget) and w._prompt.value == "Hello"
     with pytest.raises(TypeError):
         REGISTRY["generate"](FakeHandle(), no_such_arg=1)
 
 
-def test_loading_state_is_shown_and_button_disabled_until_ready():
-    h = FakeHandle(EngineStatus.LOADING)
-    w = GenerateWidget(h)
-    assert w._button.disabled and "Loading the model" in w._status.object
-    h.status = EngineStatus.READY
-    assert w._show_engine_state() and not w._button.disabled
+def test_first_paint_is_the_saved_example_while_loading():
+    w = GenerateWidget(FakeHandle(EngineStatus.LOADING))
+    assert w._button.disabled
+    status = w.gate.pane.object
+    assert 'data-state="loading"' in status and "Loading the model" in status and "recorded on" in status
+    assert "Paris" in w._output.object                       # the chapter's prompt has a saved reply
+    assert "Forward passes" in w._stats.object and "recorded on" in w._stats.object
 
 
 def test_failed_engine_is_explained_not_blank():
-    h = FakeHandle(EngineStatus.FAILED)
-    w = GenerateWidget(h)
-    assert w._show_engine_state() and "could not be loaded" in w._status.object and w._button.disabled
+    w = GenerateWidget(FakeHandle(EngineStatus.FAILED, detail="OSError: no disk"))
+    assert 'data-state="failed"' in w.gate.pane.object and "no disk" in w.gate.pane.object and w._button.disabled
 
 
-def test_tokens_are_escaped_and_each_counts_one_forward_pass():
+def test_counter_comes_from_the_step_trace_with_prefix_cache_hits():
     llm = FakeLLM(["<script>", "alert(1)", "</script>", " & done"])
-    w = GenerateWidget(FakeHandle(llm=llm), prompt="a b c")
-    w._prompt_tokens = 3
-    w._worker(llm, "a b c", params=None)
-    w._drain()
+    w = GenerateWidget(FakeHandle(_llm=llm), prompt="a b c")
+    assert not w._button.disabled
+    _run(w)
     out = w._output.object
     assert "<script>" not in out and "&lt;script&gt;" in out and "&amp; done" in out
-    assert out.count('class="tok"') == 4 and 'title="token id 3"' in out
-    assert '<b class="gen-passes">4</b>' in w._stats.object
-    assert "1 prefill over 3 prompt tokens, 3 decode" in w._stats.object
-    assert "measured on cpu" in w._stats.object and "token limit" in w._stats.object
-    assert llm.closed                     # the stream was closed, so the engine is free again
+    assert out.count('class="tok"') == 4 and 'title="token id 103"' in out
+    stats = w._stats.object
+    assert '<b class="gen-passes">4</b>' in stats
+    assert "prompt: 3 of 18 tokens computed, 15 from the prefix cache" in stats
+    assert "1 prefill pass + 3 decode passes = 4 forward passes" in stats
+    assert "measured on cpu (2 threads)" in stats and "token limit" in stats
+    assert llm.closed                      # the stream was closed, so the engine is free again
 
 
-def test_leaving_mid_generation_stops_and_closes_the_stream():
-    llm = FakeLLM(["a"] * 50)
-    w = GenerateWidget(FakeHandle(llm=llm))
-    w._cancel.set()
-    w._worker(llm, "p", params=None)
-    assert llm.closed and w._queue.qsize() <= 2
+def test_empty_prompt_gets_a_message_and_runs_nothing():
+    llm = FakeLLM(["x"])
+    w = GenerateWidget(FakeHandle(_llm=llm), prompt="   ")
+    w._on_click()
+    assert "prompt is empty" in w._notes.object and llm.seen_max_tokens is None
+
+
+def test_out_of_range_max_tokens_is_clamped_with_a_visible_note():
+    llm = FakeLLM(["x"] * 200)
+    w = GenerateWidget(FakeHandle(_llm=llm), prompt="hi")
+    w._max_tokens.value = 500
+    _run(w)
+    assert llm.seen_max_tokens == 128 and w._max_tokens.value == 128
+    assert "Max new tokens is 1–128: using 128" in w._notes.object
+
+
+def test_stop_keeps_the_partial_reply_and_closes_the_stream():
+    gate = threading.Event()
+
+    class SlowLLM(FakeLLM):
+        def stream(self, prompt, params, chat=False):
+            for i, ev in enumerate(super().stream(prompt, params, chat)):
+                if i == 2:
+                    gate.wait(5)
+                yield ev
+
+    llm = SlowLLM(["a"] * 50)
+    w = GenerateWidget(FakeHandle(_llm=llm), prompt="p")
+    w._on_click()
+    w._on_click()                          # the button reads "Stop" while it runs
+    gate.set()
+    assert w._runner.wait_idle(5) and llm.closed
+    assert "stopped early" in w._stats.object and w._output.object.count('class="tok"') < 50
+
+
+def test_leaving_the_page_mid_reply_stops_the_stream_and_shows_nothing_more():
+    gate = threading.Event()
+
+    class SlowLLM(FakeLLM):
+        def stream(self, prompt, params, chat=False):
+            for i, ev in enumerate(super().stream(prompt, params, chat)):
+                if i == 2:
+                    gate.wait(5)
+                yield ev
+
+    llm = SlowLLM(["a"] * 50)
+    w = GenerateWidget(FakeHandle(_llm=llm), prompt="p")
+    w._on_click()
+    before = w._output.object
+    w._runner.close()                      # what on_session_destroyed calls
+    gate.set()
+    for _ in range(100):                   # the worker notices at its next token and closes the stream
+        if llm.closed:
+            break
+        threading.Event().wait(0.05)
+    assert llm.closed and w._output.object == before
+    assert w._runner.submit(lambda job: 1, print) is None     # a closed runner takes no new work
 
 
 def test_engine_handle_loads_once_in_the_background(monkeypatch):
@@ -111,7 +189,7 @@ def test_engine_handle_loads_once_in_the_background(monkeypatch):
     gate = threading.Event()
 
     class SlowLLM:
-        device = "cpu"
+        device_name = "cpu (2 threads)"
 
         def __init__(self, **kw):
             calls.append(kw)
@@ -128,6 +206,29 @@ def test_engine_handle_loads_once_in_the_background(monkeypatch):
     assert h.wait(5)
     assert h.snapshot().status is EngineStatus.READY and len(calls) == 1
     assert calls[0]["random_weights"] is True
+
+
+def test_engine_handle_shows_the_engines_progress_while_loading(monkeypatch):
+    gate, printed = threading.Event(), threading.Event()
+
+    class ChattyLLM:
+        device_name = "cpu (1 threads)"
+
+        def __init__(self, **kw):
+            import sys
+            print("[engine] unpacking: 50%", file=sys.stderr)
+            printed.set()
+            gate.wait(5)
+
+    import engine
+    monkeypatch.setattr(engine, "LLM", ChattyLLM)
+    h = EngineHandle(random_weights=True)
+    h.start()
+    assert printed.wait(5)
+    snap = h.snapshot()
+    assert snap.status is EngineStatus.LOADING and snap.progress == "unpacking: 50%"
+    gate.set()
+    assert h.wait(5) and "on cpu (1 threads)" in h.snapshot().detail and h.snapshot().progress == ""
 
 
 def test_engine_handle_reports_failure(monkeypatch):
@@ -150,3 +251,12 @@ def test_random_weights_env_var(monkeypatch):
     assert EngineHandle().random_weights
     monkeypatch.setenv("LLM_EXPLAINER_RANDOM_WEIGHTS", "0")
     assert not EngineHandle().random_weights
+
+
+def test_progress_lines_shown_to_readers_carry_no_server_paths():
+    import io
+    from app.engine_handle import _ConsoleTee
+    kept, console = [], io.StringIO()
+    tee = _ConsoleTee(console, kept.append)
+    tee.write("[engine] loading dequantized weights from /root/.cache/llm-explainer/w.safetensors\n[app] other\n")
+    assert kept == ["loading dequantized weights"] and "/root/.cache" in console.getvalue()   # the console keeps it all

@@ -1,10 +1,15 @@
 """Page HTML: the cover lists the book, links carry the theme, nothing from a URL is unescaped."""
 from __future__ import annotations
 
-from app import pages
-from app.content import list_chapters
-from app.links import Links
-from app.toc import table_of_contents
+import pytest
+
+pytest.importorskip("markdown_it")
+pytest.importorskip("mdit_py_plugins")
+
+from app import pages  # noqa: E402
+from app.content import list_chapters  # noqa: E402
+from app.links import Links  # noqa: E402
+from app.toc import table_of_contents  # noqa: E402
 
 CHAPTERS = list_chapters(strict=True)
 TOC = table_of_contents(CHAPTERS)

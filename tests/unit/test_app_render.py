@@ -5,10 +5,14 @@ import re
 
 import pytest
 
-from app.content import list_chapters
-from app.glossary import Glossary, Term, load_glossary
-from app.render import ChapterRenderer, HtmlSegment, Notice, PlannedWidget, WidgetSegment
-from widgets import REGISTRY
+pytest.importorskip("markdown_it")
+pytest.importorskip("mdit_py_plugins")
+pytest.importorskip("panel")          # widgets/ are Panel components
+
+from app.content import list_chapters  # noqa: E402
+from app.glossary import Glossary, Term, load_glossary  # noqa: E402
+from app.render import ChapterRenderer, HtmlSegment, Notice, PlannedWidget, WidgetSegment  # noqa: E402
+from widgets import REGISTRY  # noqa: E402
 
 GLOSSARY = Glossary([
     Term("KV cache", ("KV caches", "key-value cache"), "Stored keys & values <fast>.", "Long.", "kv-cache"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("panel")
+pytest.importorskip("markdown_it")
+pytest.importorskip("mdit_py_plugins")
 
 from app import router  # noqa: E402
 from app.render import Notice, PlannedWidget, WidgetSegment  # noqa: E402

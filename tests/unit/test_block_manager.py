@@ -1,20 +1,27 @@
 """The block manager keeps its books straight, and every sequence reads back exactly its own tokens.
 
-The state machine drives a BlockManager with random allocate / append / fork / free / swap
-operations over a tiny alphabet (so prefix-cache hits and evictions happen all the time), and
+The state machine drives a BlockManager with random allocate / append / fork / free / swap /
+speculate operations over a tiny alphabet (so prefix-cache hits and evictions happen all the time), and
 stands in for the KV cache with a list of token ids per block: every write goes through the slot
 mapping and every copy-on-write or swap copies those lists, exactly as the engine moves K/V.
+A speculative step reserves lookahead slots, writes the newest token and k drafts into them, keeps
+the accepted ones and trims the rest (Scheduler._roll_back's two calls), so rejected drafts stay
+behind in slots that must never be read as anyone's tokens nor cached.
 """
 from __future__ import annotations
 
 from collections import Counter
 
-import hypothesis.strategies as st
-from hypothesis import settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+import pytest
 
-from engine.block_manager import BlockManager, hash_block
-from engine.block_pool import BlockPool, FreeBlockQueue
+pytest.importorskip("hypothesis")     # a machine without it (the GPU box) skips this module
+
+import hypothesis.strategies as st  # noqa: E402
+from hypothesis import settings  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule  # noqa: E402
+
+from engine.core.block_manager import BlockManager, hash_block
+from engine.core.block_pool import BlockPool, FreeBlockQueue
 
 BS, NUM_BLOCKS, NUM_SWAP = 2, 12, 8
 tokens = st.lists(st.integers(0, 1), min_size=1, max_size=9)
@@ -64,6 +71,30 @@ class BlockManagerMachine(RuleBasedStateMachine):
             return
         self.seqs[owner].append(token)
         self._write(owner, n, copies)
+
+    @precondition(lambda self: self.seqs)
+    @rule(data=st.data(), token=st.integers(0, 1), drafts=st.lists(st.integers(0, 1), min_size=1, max_size=5))
+    def speculate(self, data, token, drafts):
+        owner = data.draw(st.sampled_from(sorted(self.seqs)))
+        accepted = data.draw(st.integers(0, len(drafts)))
+        n = len(self.seqs[owner])
+        copies = self.bm.allocate_slots(owner, n, 1, num_lookahead_tokens=len(drafts))
+        if copies is None:
+            assert len(self.bm.block_ids(owner)) == -(-n // BS)       # a failed reservation changes nothing
+            return
+        table = self.bm.block_ids(owner)
+        assert len(table) == -(-(n + 1 + len(drafts)) // BS)          # a slot for the token and every draft
+        for src, dst in copies:
+            self.gpu[dst] = list(self.gpu[src])
+        for i, t in enumerate([token] + drafts):                     # the verify pass writes them all
+            pos = n + i
+            self.gpu[table[pos // BS]][pos % BS] = t
+        self.seqs[owner] += [token] + drafts[:accepted]              # ... and keeps the accepted run
+        toks = self.seqs[owner]
+        self.bm.cache_full_blocks(owner, toks, len(toks))
+        self.bm.trim(owner, len(toks))
+        for i, h in enumerate(self.bm.tables[owner].block_hashes):
+            self.hashed[h] = tuple(toks[:(i + 1) * BS])
 
     @precondition(lambda self: self.seqs)
     @rule(data=st.data())
@@ -134,7 +165,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 
 TestBlockManagerMachine = BlockManagerMachine.TestCase
-TestBlockManagerMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestBlockManagerMachine.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
 
 
 def test_free_queue_removes_from_the_middle_and_keeps_order():
@@ -167,6 +198,17 @@ def test_freed_cached_blocks_are_reused_then_evicted_in_lru_order():
     assert all(bm.pool.ref_count[x] == 1 for x in hit.block_ids)
 
 
+def test_trim_gives_back_the_blocks_of_rejected_drafts():
+    bm = BlockManager(8, 4)
+    bm.allocate_slots("a", 0, 6)                              # 6 tokens: 2 blocks
+    bm.allocate_slots("a", 6, 1, num_lookahead_tokens=6)      # the newest + 6 drafts: positions 6..12, 4 blocks
+    assert len(bm.block_ids("a")) == 4 and bm.num_free_blocks == 4
+    bm.trim("a", 9)                           # the newest, 1 kept draft and the token after: 9 tokens, 3 blocks
+    assert len(bm.block_ids("a")) == 3 and bm.num_free_blocks == 5
+    bm.free("a")
+    assert bm.num_free_blocks == 8
+
+
 def test_hash_is_chained_over_the_whole_prefix():
     first = hash_block(None, [1, 2])
     assert hash_block(first, [3, 4]) != hash_block(hash_block(None, [9, 9]), [3, 4])
@@ -176,5 +218,5 @@ def test_hash_is_chained_over_the_whole_prefix():
 def test_pool_without_caching_never_registers():
     pool = BlockPool(2, enable_caching=False)
     b = pool.allocate()
-    pool.register(b, 123)
-    assert pool.lookup(123) is None and not pool.cached
+    pool.register(b, 123, (None, (1, 2)))
+    assert pool.lookup(123, (None, (1, 2))) is None and not pool.cached

@@ -5,9 +5,12 @@ import re
 
 import pytest
 
-from app.content import list_chapters
-from app.glossary import load_glossary
-from app.render import ChapterRenderer, PlannedWidget, WidgetSegment
+pytest.importorskip("markdown_it")
+pytest.importorskip("mdit_py_plugins")
+
+from app.content import list_chapters  # noqa: E402
+from app.glossary import load_glossary  # noqa: E402
+from app.render import ChapterRenderer, PlannedWidget, WidgetSegment  # noqa: E402
 
 CHAPTERS = list_chapters(strict=True)
 GLOSSARY = load_glossary()
@@ -35,8 +38,10 @@ def test_chapter_length_is_in_range(chapter):
 
 
 def test_the_book_is_75_to_90_minutes_of_reading():
+    # The cover promises 75-90 minutes; at 250 words a minute that is 18,750-22,500 words. The widgets'
+    # "try it" prose counts too: a chapter that gains a paragraph must lose one elsewhere.
     total = sum(body_words(c.body) for c in CHAPTERS)
-    assert 16_000 <= total <= 22_000, total
+    assert 18_750 <= total <= 22_500, total
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)

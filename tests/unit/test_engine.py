@@ -6,11 +6,12 @@ import torch
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.model import Llama
-from engine.reference import reference_generate
+from engine.model.llama import Llama
+from engine.unpaged import unpaged_generate
 from engine.sampling_params import SamplingParams
-from engine.sequence import SequenceStatus
-from engine.tokenizer import byte_tokenizer
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import SequenceStatus
+from engine.loader.tokenizer import byte_tokenizer
 from tiny import TINY
 
 
@@ -65,7 +66,7 @@ def test_greedy_n_samples_all_match_the_reference(model):
     engine.eos_token_ids = frozenset()
     engine.add_request("g", prompt, SamplingParams(temperature=0.0, n=3, max_tokens=9))
     drain(engine)
-    want = reference_generate(model, prompt, 9)
+    want = unpaged_generate(model, prompt, 9)
     assert [engine.take_output(f"g:{i}").token_ids for i in range(3)] == [want] * 3
 
 
@@ -122,7 +123,7 @@ def test_streaming_events_text_and_metrics(model):
 def test_stop_string_and_eos_end_a_request(model):
     tok = byte_tokenizer()
     engine = LLMEngine(model, EngineConfig(block_size=16), tokenizer=tok)
-    free_run = reference_generate(model, tok.encode("abc").ids, 12)
+    free_run = unpaged_generate(model, tok.encode("abc").ids, 12)
     stop_token = free_run[4]
     engine.eos_token_ids = frozenset({stop_token})
     engine.add_request("e", "abc", SamplingParams(temperature=0.0, max_tokens=12))
@@ -150,7 +151,7 @@ def test_requests_that_can_never_fit_are_refused(model):
 
 
 def test_kv_cache_is_sized_from_a_block_count_or_a_memory_budget(model):
-    from engine.kv_cache import bytes_per_block
+    from engine.worker.kv_cache import bytes_per_block
 
     per_block = bytes_per_block(TINY, 16, torch.float32)
     assert per_block == 2 * TINY.num_layers * 16 * TINY.num_kv_heads * TINY.head_dim * 4
@@ -160,3 +161,78 @@ def test_kv_cache_is_sized_from_a_block_count_or_a_memory_budget(model):
     assert k_cache.shape == v_cache.shape == (37, 16, TINY.num_kv_heads, TINY.head_dim)
     by_count = LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=11))
     assert by_count.block_manager.num_blocks == 11 and by_count.kv_cache.total_bytes == 11 * per_block
+
+
+class GuessingScheduler(Scheduler):
+    """A stand-in for a draft proposer: it guesses the next three tokens from a known continuation,
+    wrong on purpose every few steps, so that the engine must keep some drafts and roll others back."""
+    continuation: list[int] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.num_speculative_tokens = 3       # verify rows with 3 lookahead slots, drafts filled in below
+
+    def _request(self, seq, num_new, num_cached=0, lookahead=None):
+        r = super()._request(seq, num_new, num_cached, lookahead)
+        if r.kind == "verify":
+            n = seq.num_output_tokens
+            r.draft_token_ids = list(self.continuation[n:n + r.num_lookahead_tokens])
+            if n % 3 == 1 and len(r.draft_token_ids) > 1:
+                r.draft_token_ids[1] = (r.draft_token_ids[1] + 1) % TINY.vocab_size
+        return r
+
+
+def test_rejected_draft_tokens_roll_back(model):
+    prompt = list(range(60, 85))
+    want = unpaged_generate(model, prompt, 24)
+    GuessingScheduler.continuation = want
+    engine = LLMEngine(model, EngineConfig(block_size=4), scheduler_cls=GuessingScheduler)
+    engine.add_request("s", prompt, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
+    drain(engine)
+    assert engine.take_output("s").token_ids == want[:20]
+    verify = [e for r in engine.trace for e in r.entries if e.kind == "verify"]
+    assert verify and all(e.num_draft_tokens for e in verify)
+    assert len(verify) < 19                                   # some steps kept several tokens
+    # the K/V left behind is exactly the accepted tokens': a request that reuses it through the prefix
+    # cache continues as the unpaged loop does
+    longer = prompt + want[:20]
+    engine2_want = unpaged_generate(model, longer, 4)
+    GuessingScheduler.continuation = engine2_want
+    engine.add_request("t", longer, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
+    drain(engine)
+    assert engine.take_output("t").token_ids == engine2_want
+    assert any(e.num_cached_tokens >= 40 for r in engine.trace for e in r.entries if e.request_id == "t")
+    assert engine.num_free_blocks() == engine.block_manager.num_blocks
+
+
+def test_seeded_outputs_are_the_same_as_before_the_records_refactor(model):
+    """n = 3 forked samples, companions and a preemption: the tokens recorded at commit 4a9cb14 (before
+    sampling moved into the runner and generators were kept there, keyed by seed and draw count)."""
+    engine = LLMEngine(model, EngineConfig(block_size=16, max_num_batched_tokens=40, num_kv_blocks=12))
+    for i in range(3):
+        engine.add_request(f"other{i}", list(range(i, i + 30)), SamplingParams(temperature=1.0, max_tokens=5, seed=100 + i))
+    engine.add_request("me", list(range(100, 140)), SamplingParams(temperature=0.9, top_k=50, top_p=0.9, max_tokens=12,
+                                                                   seed=1234, n=3, ignore_eos=True))
+    drain(engine)
+    assert sum(len(r.preempted) for r in engine.trace) == 1
+    assert {k: engine.take_output(k).token_ids for k in ["me:0", "me:1", "me:2", "other0", "other1", "other2"]} == {
+        "me:0": [18, 83, 66, 87, 18, 186, 18, 104, 161, 74, 200, 121],
+        "me:1": [65, 83, 237, 126, 209, 82, 132, 239, 193, 124, 13, 225],
+        "me:2": [26, 26, 132, 210, 115, 48, 44, 186, 119, 226, 9, 106],
+        "other0": [29, 208, 65, 121, 171], "other1": [48, 115, 24, 227, 75], "other2": [1, 197, 15, 107, 157]}
+
+
+def test_max_model_len_comes_from_the_model_or_from_what_the_cache_holds(model):
+    from engine.worker.memory import measured_kv_bytes
+
+    assert LLMEngine(model, EngineConfig(block_size=16)).max_model_len == TINY.max_position_embeddings
+    assert LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=4)).max_model_len == 64
+    limited = LLMEngine(model, EngineConfig(block_size=16, max_model_len=100))
+    with pytest.raises(ValueError, match="max_model_len 100"):
+        limited.add_request("x", list(range(90)), SamplingParams(max_tokens=20))
+    with pytest.raises(ValueError, match="model's context"):
+        LLMEngine(model, EngineConfig(max_model_len=TINY.max_position_embeddings + 1))
+    with pytest.raises(ValueError, match="more KV blocks"):
+        LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=4, max_model_len=100))
+    # on CUDA: utilization x total, minus what is in use (weights, context, others) and a step's activations
+    assert measured_kv_bytes(total=1000, in_use=200, peak_activation=50, utilization=0.9) == 650

@@ -5,13 +5,13 @@ import json
 
 import torch
 
-from engine import bench_serve
+from engine.bench import serve_sim
 
 
 def test_serve_sim_small_mixed_workload(capsys):
     threads = torch.get_num_threads()
     try:
-        report = bench_serve.run(["--small", "--num-requests", "9", "--scale", "0.04", "--max-num-seqs", "4"])
+        report = serve_sim.run(["--small", "--num-requests", "9", "--scale", "0.04", "--max-num-seqs", "4"])
     finally:
         torch.set_num_threads(threads)
     printed = json.loads(capsys.readouterr().out)
@@ -29,7 +29,54 @@ def test_serve_sim_small_mixed_workload(capsys):
 def test_cli_entry_point_prints_json_and_exits_zero(capsys):
     threads = torch.get_num_threads()
     try:
-        assert bench_serve.main(["--small", "--num-requests", "3", "--scale", "0.02", "--mode", "continuous"]) == 0
+        assert serve_sim.main(["--small", "--num-requests", "3", "--scale", "0.02", "--mode", "continuous"]) == 0
     finally:
         torch.set_num_threads(threads)
     assert json.loads(capsys.readouterr().out)["results"].keys() == {"continuous"}
+
+
+def test_spec_bench_small_prints_json_with_every_proposer(capsys):
+    from engine.bench import spec
+    threads = torch.get_num_threads()
+    try:
+        report = spec.run(["--small", "--max-tokens", "10", "--kinds", "repetition,prose", "--k", "3",
+                           "--oracle", "1.0,0.5", "--draft-model", "self"])
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads(capsys.readouterr().out) == report
+    assert report["weights"] == "random" and report["measured_on"].startswith(("cpu", "cuda"))
+    rows = report["results"]["repetition"]
+    assert set(rows) == {"plain", "ngram k=3", "early_exit L=1 k=3", "draft_model=self k=3"}
+    assert all(r["identical_to_plain"] and r["all_blocks_free_at_end"] for n, r in rows.items() if n != "plain")
+    assert rows["draft_model=self k=3"]["per_draft_acceptance"] == 1.0          # the target drafting for itself
+    perfect = report["oracle"]["a=1.0 k=3"]
+    assert perfect["tokens_per_verify_pass"] == perfect["closed_form_tokens_per_pass"] == 4.0
+    assert report["oracle"]["a=0.5 k=3"]["tokens_per_verify_pass"] < 4.0
+
+
+def test_serve_workload_reports_the_outputs_metrics_and_a_cancel_frees_every_block(one_torch_thread):
+    from engine import EngineConfig, make_workload, serve_workload
+    from engine.llm_engine import LLMEngine
+    model, _ = serve_sim.load_model("tiny", "cpu", None, 0)
+    cfg = EngineConfig(num_kv_blocks=24, max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256)
+    workload = make_workload("chatbot", 6, 0.05, model.config.vocab_size, seed=3)
+    engine = LLMEngine(model, cfg)
+    run = serve_workload(engine, workload)
+    assert [len(o.token_ids) for o in run.outputs] == [r.output_len for r in workload]
+    ttfts = sorted(o.metrics.ttft_s * 1e3 for o in run.outputs)
+    assert run.metrics["ttft_ms"]["p50"] == round((ttfts[2] + ttfts[3]) / 2, 3)     # six values: the middle two
+    assert run.metrics["steps"] == engine.trace.num_steps and run.metrics["all_blocks_free_at_end"]
+
+    engine, calls = LLMEngine(model, cfg), []
+
+    def stop_after_three():
+        calls.append(1)
+        if len(calls) > 3:
+            raise KeyboardInterrupt("the reader pressed Stop")
+    try:
+        serve_workload(engine, workload, check=stop_after_three)
+        raise AssertionError("the run should have stopped")
+    except KeyboardInterrupt:
+        pass
+    assert engine.trace.num_steps == 3 and not engine.has_unfinished()
+    assert engine.num_free_blocks() == cfg.num_kv_blocks and not engine.allocator_state().tables

@@ -9,8 +9,9 @@ import torch
 import kernels
 from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
-from engine.model import Llama
-from engine.reference import reference_generate
+from engine.model.llama import Llama
+from engine.unpaged import unpaged_generate
+from tiny import SMALL
 from engine.sampling_params import SamplingParams
 
 pytestmark = [
@@ -19,8 +20,6 @@ pytestmark = [
                        reason="needs CUDA and triton"),
 ]
 
-SMALL = ModelConfig(num_layers=4, hidden_size=128, num_heads=4, num_kv_heads=2, head_dim=32,
-                    intermediate_size=256, vocab_size=512, max_position_embeddings=4096, name="small-random")
 
 
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
@@ -31,7 +30,7 @@ def test_greedy_parity_on_cuda_with_chunking_prefix_cache_and_preemption(preempt
     shared = [rng.randrange(3, 512) for _ in range(64)]
     prompts = [(shared if i % 3 == 0 else []) + [rng.randrange(3, 512) for _ in range(rng.randint(5, 700))]
                for i in range(16)]
-    want = [reference_generate(model, p, 16) for p in prompts]
+    want = [unpaged_generate(model, p, 16) for p in prompts]
     engine = LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=120, max_num_batched_tokens=256,
                                            preemption_mode=preemption))
     engine.eos_token_ids = frozenset()
@@ -53,3 +52,27 @@ def test_bf16_real_shapes_run_and_free_everything():
         engine.step()
     assert all(len(engine.take_output(str(i)).token_ids) >= 1 for i in range(8))
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
+
+
+def test_kv_cache_is_sized_from_measured_free_memory():
+    """gpu_memory_utilization caps weights + a step's activations + the KV cache together."""
+    import gc
+    gc.collect()
+    torch.cuda.empty_cache()
+    model = Llama.random(ModelConfig(), seed=0).to("cuda", torch.bfloat16).eval()
+    free, total = torch.cuda.mem_get_info()
+    # 5% more than what is already in use (other tests in this process may still hold memory): small
+    # enough that the batch cap (max_num_seqs x max_model_len) does not bind
+    utilization = (total - free) / total + 0.05
+    engine = LLMEngine(model, EngineConfig(gpu_memory_utilization=utilization, max_num_batched_tokens=512))
+    plan = engine.kv_plan
+    assert plan.source == "measured" and plan.num_blocks >= 1
+    assert plan.num_blocks < engine.config.max_num_seqs * -(-engine.max_model_len // engine.config.block_size)
+    free, total = torch.cuda.mem_get_info()
+    assert engine.kv_cache.total_bytes <= plan.budget_bytes
+    # after the cache is allocated, this process (and whatever else runs) uses about the share asked for
+    assert total - free <= utilization * total + 256 * 2**20
+    engine.add_request("a", list(range(300)), SamplingParams(temperature=0.0, max_tokens=8))
+    while engine.has_unfinished():
+        engine.step()
+    assert len(engine.take_output("a").token_ids) == 8

@@ -46,3 +46,54 @@ def test_leaving_a_stream_early_frees_its_blocks(llm):
     stream.close()
     assert not llm.engine.has_unfinished()
     assert llm.allocator_state().num_free == llm.engine.block_manager.num_blocks
+
+
+def test_stream_takes_token_ids_as_the_exact_prompt(llm):
+    params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
+    ids = llm.tokenizer.encode("a b c d e f g").ids
+    start = llm.num_steps()
+    by_ids = [e.token_id for e in llm.stream(ids, params)]
+    assert by_ids == llm.generate("a b c d e f g", params)[0].token_ids
+    prefill = [e for r in llm.trace_since(start) for e in r.entries if e.kind == "prefill"][0]
+    assert prefill.num_tokens + prefill.num_cached_tokens == len(ids)
+    with pytest.raises(ValueError):
+        next(llm.stream([llm.config.vocab_size], params))
+    with pytest.raises(ValueError):
+        next(llm.stream(ids, params, chat=True))
+
+
+def test_sandbox_shares_the_weights_and_nothing_else(llm):
+    box = llm.sandbox(num_kv_blocks=8, max_num_seqs=2, enable_prefix_caching=False)
+    assert box.model is llm.model                                     # the same module ...
+    assert box.model.embed.weight.data_ptr() == llm.model.embed.weight.data_ptr()   # ... the same tensors
+    assert box.block_manager is not llm.engine.block_manager and box.block_manager.num_blocks == 8
+    assert box.kv_cache.kv[0].data_ptr() != llm.engine.kv_cache.kv[0].data_ptr()
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+    ids = llm.tokenizer.encode("the sandbox steps when told").ids
+    box.add_request("mine", ids, params)
+    shared_before = llm.allocator_state()
+    tokens = [e.token_id for e in box.step()]                        # the prefill: blocks taken in the sandbox only
+    assert box.allocator_state().tables["mine"] and llm.allocator_state().tables == shared_before.tables
+    assert llm.allocator_state().num_free == shared_before.num_free
+    while box.has_unfinished():
+        tokens += [e.token_id for e in box.step()]
+    assert len(tokens) == 5 and box.num_free_blocks() == 8             # finished: its blocks are back
+    assert box.take_output("mine").token_ids == [e.token_id for e in llm.stream(ids, params)]   # same model, same tokens
+    assert box.trace.num_steps == 5                                    # its own trace: 1 prefill + 4 decodes
+
+
+def test_sandbox_limits_and_static_batching(llm):
+    with pytest.raises(ValueError):
+        llm.sandbox(num_kv_blocks=0)
+    with pytest.raises(ValueError, match="MiB"):                     # the pool is bounded in bytes
+        llm.sandbox(num_kv_blocks=100_000)
+    with pytest.raises(ValueError):
+        llm.sandbox(device="cpu")
+    with pytest.raises(TypeError):
+        llm.sandbox(no_such_knob=1)
+    box = llm.sandbox(num_kv_blocks=2, block_size=4)
+    with pytest.raises(ValueError):                                   # 2 blocks of 4 cannot hold 9 tokens
+        box.add_request("long", list(range(5, 10)), SamplingParams(max_tokens=4))
+    static = llm.sandbox(num_kv_blocks=8, static_batching=True)
+    assert type(static.scheduler).__name__ == "StaticBatchScheduler"
+    assert type(llm.sandbox().scheduler) is type(llm.engine.scheduler)

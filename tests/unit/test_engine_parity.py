@@ -12,8 +12,8 @@ import torch
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.model import Llama
-from engine.reference import reference_generate
+from engine.model.llama import Llama
+from engine.unpaged import unpaged_generate
 from engine.sampling_params import SamplingParams
 from tiny import TINY
 
@@ -47,7 +47,7 @@ def prompts() -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def expected(model, prompts) -> list[list[int]]:
-    return [reference_generate(model, p, MAX_TOKENS, EOS) for p in prompts]
+    return [unpaged_generate(model, p, MAX_TOKENS, EOS) for p in prompts]
 
 
 def run_engine(model, prompts, **knobs) -> tuple[list[list[int]], LLMEngine]:
@@ -100,7 +100,7 @@ def test_real_model_greedy_tokens_match_reference():
     real, tokenizer = build_model(EngineConfig(device="cpu"))[:2]
     texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a land far away, there"]
     prompts = [tokenizer.encode(t).ids for t in texts]
-    want = [reference_generate(real, p, 8, tokenizer.eos_token_id) for p in prompts]
+    want = [unpaged_generate(real, p, 8, tokenizer.eos_token_id) for p in prompts]
     engine = LLMEngine(real, EngineConfig(block_size=4, num_kv_blocks=8, max_num_batched_tokens=8),
                        tokenizer=tokenizer)       # tiny blocks, budget and cache: chunking and preemption
     for i, p in enumerate(prompts):

@@ -62,3 +62,27 @@ def test_cli_info_reports_shapes_and_kv_bytes():
     assert info["num_layers"] == 30 and info["num_kv_heads"] == 3 and info["head_dim"] == 64
     assert info["parameters"] == 134_515_008
     assert info["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 4          # float32 on CPU
+    # the context the engine accepts: the model's, or less when the KV cache holds fewer tokens
+    assert 0 < info["max_model_len"] <= info["context_length"] == 8192
+    assert info["max_model_len"] == min(8192, info["kv_cache_blocks"] * 16)
+
+
+def test_cli_reads_a_prompt_too_long_for_the_command_line_from_a_file_or_stdin(tmp_path, monkeypatch):
+    """200,000 characters cannot be an argument (the OS refuses the argument list); from a file they
+    arrive whole, and the engine's length limit answers with one clear line."""
+    import io
+
+    from engine.cli import build_parser, read_prompt
+
+    path = tmp_path / "prompt.txt"
+    path.write_text("a" * 200_000)
+    proc = subprocess.run([sys.executable, "-m", "engine", "generate", "--random-weights", "--device", "cpu",
+                           "--max-tokens", "2", "--raw", "--prompt-file", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "prompt (200000 tokens)" in proc.stderr and "Traceback" not in proc.stderr
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello from stdin"))
+    assert read_prompt(build_parser().parse_args(["generate", "--prompt-file", "-"])) == "hello from stdin"
+    with pytest.raises(ValueError):                         # one prompt, not two (nor none)
+        read_prompt(build_parser().parse_args(["generate", "two", "--prompt-file", str(path)]))
+    with pytest.raises(ValueError):
+        read_prompt(build_parser().parse_args(["generate"]))

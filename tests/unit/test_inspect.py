@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.model import ContiguousKV
+from engine.model.llama import ContiguousKV
 
 
 def test_inspection_is_consistent_with_the_forward_pass(llm):
@@ -26,3 +26,66 @@ def test_inspection_is_consistent_with_the_forward_pass(llm):
     assert torch.allclose(ins.logits, logits, atol=1e-4)
     assert torch.allclose(ins.hidden_states[0], embeddings)
     assert "".join(ins.tokens) == text
+
+
+def test_each_hidden_state_is_the_unfused_blocks_output():
+    """The model carries the residual beside each block's output (the next RMSNorm adds them); inspect
+    reports their sum, which must be exactly the textbook block's output h + mlp(norm(h))."""
+    import torch.nn.functional as F
+
+    from engine.introspect import inspect
+    from engine.loader.tokenizer import byte_tokenizer
+    from engine.model.llama import Llama, rope_cos_sin
+    from tiny import TINY
+    from unfused_llama import _norm, _rope
+
+    model, tok = Llama.random(TINY, seed=3).eval(), byte_tokenizer()
+    ins = inspect(model, tok, "hello, paged world")
+    T = len(ins.token_ids)
+    cos, sin = rope_cos_sin(torch.arange(T), TINY.head_dim, TINY.rope_theta)
+    with torch.inference_mode():
+        x = model.embed(torch.tensor(ins.token_ids))
+        for i, block in enumerate(model.layers):
+            kv, a = ContiguousKV(1), block.attention
+            n = _norm(x, block.attention_norm)
+            q = _rope(a.wq(n).view(T, a.num_heads, a.head_dim), cos, sin)
+            k = _rope(a.wk(n).view(T, a.num_kv_heads, a.head_dim), cos, sin)
+            h = x + a.wo(kv(0, q, k, a.wv(n).view(T, a.num_kv_heads, a.head_dim)).reshape(T, -1))
+            m = _norm(h, block.ffn_norm)
+            x = h + block.mlp.w2(F.silu(block.mlp.w1(m)) * block.mlp.w3(m))
+            assert torch.equal(ins.hidden_states[i + 1], x.float()), i
+
+
+def test_forward_passes_on_other_threads_do_not_leak_into_an_inspection(llm):
+    """The engine loop and widgets' private engines share the model: a forward pass on another thread
+    while inspect()'s hooks are in place must not add its activations to the inspection."""
+    import threading
+
+    text = "Paged attention keeps the KV cache in blocks"
+    alone = llm.inspect(text)
+    other_ids = torch.tensor(llm.tokenizer.encode("An unrelated sentence on another thread").ids)
+
+    def other_forward():
+        with torch.inference_mode():
+            n = len(other_ids)
+            llm.model(other_ids, torch.arange(n), ContiguousKV(llm.config.num_layers))
+
+    main_thread = threading.get_ident()
+
+    def run_other_thread(module, args):     # in the middle of inspect's pass: a whole pass elsewhere
+        if threading.get_ident() != main_thread:
+            return                          # the other thread's own pass goes through this hook too
+        t = threading.Thread(target=other_forward)
+        t.start()
+        t.join(timeout=120)
+        assert not t.is_alive(), "the other thread's forward pass did not finish"
+
+    hook = llm.model.layers[3].register_forward_pre_hook(run_other_thread)
+    try:
+        shared = llm.inspect(text)
+    finally:
+        hook.remove()
+    assert shared.hidden_states.shape == alone.hidden_states.shape
+    assert shared.mlp_activations.shape == alone.mlp_activations.shape
+    assert torch.equal(shared.hidden_states, alone.hidden_states)
+    assert torch.equal(shared.mlp_activations, alone.mlp_activations)

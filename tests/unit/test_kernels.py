@@ -1,33 +1,26 @@
 """Kernel tests on CPU: the references against plain attention, the Triton kernels against the references.
 
-The Triton kernels run under triton's interpreter, which needs TRITON_INTERPRET=1 *before triton is
-first imported* (triton's own helpers such as tl.cdiv are decorated at import). On a machine without
-CUDA compiled triton cannot run anyway, so this module sets the variable for the whole process when
-it is the first to import triton. If another test module imported triton earlier, the interpreted
-tests skip here and `test_interpreted_tests_in_a_fresh_process` reruns this file in a subprocess
-with the variable set, so the kernels are checked whatever the collection order.
+The Triton kernels run under triton's interpreter; triton_interpreter.py says how (and why the
+interpreted tests may run in a subprocess instead).
 """
 
 from __future__ import annotations
 
+import triton_interpreter  # first: it sets TRITON_INTERPRET before anything imports triton
+
 import os
+import random
 import subprocess
 import sys
+from types import SimpleNamespace
 
+import pytest
 import torch
+import torch.nn.functional as F
 
-if "triton" not in sys.modules and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-
-import random  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
-
-import pytest  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import kernels  # noqa: E402
-from kernels import reference  # noqa: E402
-from kernels.scenarios import make_paged_batch  # noqa: E402
+import kernels
+from kernels import reference
+from kernels.bench.scenarios import make_paged_batch
 
 # ||out - ref|| / ||ref||: fp32 arithmetic is exact to rounding; bf16/fp16 round p and the output.
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
@@ -38,66 +31,20 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-def _patch_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two bugs of triton 3.6's interpreter, fixed for the duration of these tests only.
-
-    1. triton-lang/triton#9171: a loop bound is a 1-element numpy array, and numpy >= 2.4 refuses
-       int() on it; take the element explicitly.
-    2. tl.dot on bfloat16 multiplies the raw uint16 bit patterns (the interpreter stores bf16 as
-       uint16); widen bf16 operands to float32 first, which is exact, as the tensor cores' products are.
-    """
-    import triton.language as tl
-    import triton.runtime.interpreter as interp
-
-    patch_tensor = interp._patch_lang_tensor
-
-    def patched_tensor(tensor, scope):
-        patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    create_dot = interp.InterpreterBuilder.create_dot
-
-    def patched_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if a.dtype.scalar == tl.bfloat16:
-            a = self.cast_impl(a, tl.float32)
-        if b.dtype.scalar == tl.bfloat16:
-            b = self.cast_impl(b, tl.float32)
-        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
-
-    monkeypatch.setattr(interp, "_patch_lang_tensor", patched_tensor)
-    monkeypatch.setattr(interp.InterpreterBuilder, "create_dot", patched_dot)
-
-
-def _kernels_are_interpreted() -> bool:
-    if kernels.paged_attention_triton is None:
-        return False
-    from triton.runtime.interpreter import InterpretedFunction
-
+def _probe():
     from kernels import triton_attention
-    return isinstance(triton_attention._paged_attention_kernel, InterpretedFunction)
+    return triton_attention._paged_attention_kernel
 
 
 @pytest.fixture(scope="module")
 def interpreted():
-    if kernels.paged_attention_triton is None:
-        pytest.skip("triton is not installed")
-    if not _kernels_are_interpreted():
-        pytest.skip("triton was imported without TRITON_INTERPRET=1; "
-                    "test_interpreted_tests_in_a_fresh_process runs these instead")
-    with pytest.MonkeyPatch.context() as mp:
-        _patch_interpreter(mp)
-        yield SimpleNamespace(paged_attention=kernels.paged_attention_triton, write_kv=kernels.write_kv_triton)
+    yield from triton_interpreter.kernels_or_skip(kernels.paged_attention_triton is not None, _probe,
+                                                  paged_attention=kernels.paged_attention_triton,
+                                                  write_kv=kernels.write_kv_triton)
 
 
 def test_interpreted_tests_in_a_fresh_process():
-    if kernels.paged_attention_triton is None or torch.cuda.is_available():
-        pytest.skip("no triton, or a GPU: tests/gpu checks the compiled kernels")
-    if _kernels_are_interpreted():
-        pytest.skip("the interpreted tests ran in this process")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    triton_interpreter.rerun_if_not_interpreted(kernels.paged_attention_triton is not None, _probe, __file__)
 
 
 def random_seqs(rng: random.Random, num_seqs: int, max_len: int) -> list[tuple[int, int]]:
@@ -150,13 +97,27 @@ def test_reference_write_kv_fills_exactly_the_given_slots():
     assert torch.equal(flat_v[untouched], before_v.view(-1, 3, 64)[untouched])
 
 
-def test_dispatch_uses_reference_on_cpu(monkeypatch):
-    monkeypatch.delenv("KERNELS_BACKEND", raising=False)
-    assert kernels.backend_for(torch.device("cpu")) == "reference"
-    monkeypatch.setenv("KERNELS_BACKEND", "reference")
-    assert kernels.backend_for(torch.device("cuda")) == "reference"
-    b = make_paged_batch([(9, 4)], generator=torch.Generator().manual_seed(3))
-    torch.testing.assert_close(kernels.paged_attention(*b.args()), reference.paged_attention(*b.args()))
+def test_dispatch_uses_reference_on_cpu():
+    try:
+        kernels.force_backend(None)
+        assert kernels.backend_for(torch.device("cpu")) == "reference"
+        kernels.force_backend("reference")
+        assert kernels.backend_for(torch.device("cuda")) == "reference"
+        with pytest.raises(ValueError):
+            kernels.force_backend("bogus")
+        b = make_paged_batch([(9, 4)], generator=torch.Generator().manual_seed(3))
+        torch.testing.assert_close(kernels.paged_attention(*b.args()), reference.paged_attention(*b.args()))
+    finally:
+        kernels.force_backend(os.environ.get("KERNELS_BACKEND"))
+
+
+def test_backend_environment_variable_is_read_once_at_import():
+    code = ("import os, torch, kernels; a = kernels.backend_for(torch.device('cuda')); "
+            "os.environ['KERNELS_BACKEND'] = 'triton'; print(a, kernels.backend_for(torch.device('cuda')))")
+    run = subprocess.run([sys.executable, "-c", code], env={**os.environ, "KERNELS_BACKEND": "reference"},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["reference", "reference"]     # forced at import; later changes are not read
 
 
 # ---------------------------------------------------------------- Triton (interpreted) against references

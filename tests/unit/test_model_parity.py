@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.model import ContiguousKV
-from engine.reference import reference_generate
-from engine.weights import default_gguf_path
+from engine.model.llama import ContiguousKV
+from engine.unpaged import unpaged_generate
+from engine.loader.weights import default_gguf_path
 
 PROMPTS = [
     "The capital of France is",
@@ -37,7 +37,7 @@ def test_logits_match_transformers(llm, hf_model, prompt):
 @pytest.mark.parametrize("prompt", PROMPTS[:3])
 def test_greedy_continuation_matches_transformers(llm, hf_model, prompt):
     ids = llm.tokenizer.encode(prompt).ids
-    ours = reference_generate(llm.model, ids, max_tokens=32)       # no EOS stop: all 32 tokens compared
+    ours = unpaged_generate(llm.model, ids, max_tokens=32)       # no EOS stop: all 32 tokens compared
     theirs = list(ids)
     with torch.inference_mode():  # a plain argmax loop: no generation-config rules (EOS, min length) in the way
         for _ in range(32):

@@ -7,8 +7,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.model import Llama
-from engine.reference import reference_generate
+from engine.model.llama import Llama
+from engine.unpaged import unpaged_generate
 from engine.sampling_params import SamplingParams
 from tiny import TINY
 
@@ -38,8 +38,8 @@ def test_second_request_computes_only_its_new_blocks(model, chunked):
     second = system + [rng.randrange(256) for _ in range(45)]
     engine = LLMEngine(model, EngineConfig(block_size=16, enable_chunked_prefill=chunked,
                                            max_num_batched_tokens=64 if chunked else 512))
-    assert run(engine, "first", first) == reference_generate(model, first, 8)
-    assert run(engine, "second", second) == reference_generate(model, second, 8)
+    assert run(engine, "first", first) == unpaged_generate(model, first, 8)
+    assert run(engine, "second", second) == unpaged_generate(model, second, 8)
 
     prefill = [e for r in engine.trace for e in r.entries if e.request_id == "second" and e.kind == "prefill"]
     cached = 200 // 16 * 16                      # the 12 full blocks of the system prompt
@@ -69,3 +69,24 @@ def test_fully_cached_prompt_still_recomputes_its_last_token(model):
     # the second block ends on the last prompt token, whose logits are needed: only block one is reused
     assert entry.num_cached_tokens == 16 and entry.num_tokens == 16
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
+
+
+def test_colliding_hashes_never_give_a_false_hit(model, monkeypatch):
+    """Force every block to the same hash: only blocks whose parent hash and tokens match are shared,
+    and the engine still computes exactly the reference's tokens."""
+    from engine.core import block_manager
+
+    monkeypatch.setattr(block_manager, "hash_block", lambda parent, tokens: 42)
+    bm = block_manager.BlockManager(8, 4)
+    a, b = [1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 5, 5, 6, 7, 8, 9]     # first blocks differ in one token
+    bm.allocate_slots("a", 0, len(a))
+    bm.cache_full_blocks("a", a, len(a))
+    assert bm.find_cached_prefix(b).num_tokens == 0                      # same hash, other tokens: a miss
+    assert bm.find_cached_prefix(a).num_tokens == 4                      # the real owner still hits
+    rng = random.Random(5)
+    shared = [rng.randrange(256) for _ in range(40)]
+    prompts = [shared + [rng.randrange(256) for _ in range(20)], [rng.randrange(256) for _ in range(60)],
+               shared[:20] + [rng.randrange(256) for _ in range(40)]]
+    engine = LLMEngine(model, EngineConfig(block_size=16))
+    for i, prompt in enumerate(prompts):
+        assert run(engine, str(i), prompt) == unpaged_generate(model, prompt, 8)

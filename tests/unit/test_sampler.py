@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from engine.sampler import filter_logits, make_generator, sample
+from engine.model.sampler import filter_logits, make_generator, sample, sampling_probs
 from engine.sampling_params import SamplingParams
 
 # A hand-made row: probabilities .50 .20 .15 .10 .05 (token order shuffled on purpose).
@@ -88,3 +88,42 @@ def test_a_seeded_row_does_not_depend_on_its_neighbours():
 def test_greedy_is_argmax():
     logits = torch.tensor([[0.1, 2.0, -1.0], [5.0, 0.0, 4.9]])
     assert sample(logits, [SamplingParams(temperature=0.0)] * 2, [None, None]) == [1, 0]
+
+
+def test_seeded_draws_are_the_same_as_before_the_sampler_was_split():
+    # recorded with engine/sampler.py at commit 4a9cb14 (one function doing filter, softmax and draw)
+    logits = torch.randn(4, 300, generator=torch.Generator().manual_seed(42)) * 3
+    params = [SamplingParams(temperature=0.8, top_k=40, seed=1), SamplingParams(temperature=0.0),
+              SamplingParams(temperature=1.3, top_p=0.7, min_p=0.02, seed=2), SamplingParams(temperature=1.0, seed=3)]
+    gens = [make_generator(p.seed) for p in params]
+    assert [sample(logits, params, gens) for _ in range(8)] == [
+        [223, 176, 101, 2], [64, 176, 101, 102], [66, 176, 101, 235], [201, 176, 101, 22],
+        [0, 176, 159, 235], [231, 176, 101, 22], [66, 176, 101, 235], [223, 176, 72, 235]]
+
+
+def test_sampling_probs_is_the_distribution_the_sampler_draws_from():
+    from engine import filter_logits as exported_filter, sampling_probs as exported_probs
+
+    assert exported_probs is sampling_probs and exported_filter is filter_logits
+    params = SamplingParams(temperature=0.7, top_k=3, top_p=0.9)
+    probs = sampling_probs(ROW, params)
+    assert probs.sum().item() == pytest.approx(1.0)
+    assert {i for i, p in enumerate(probs.tolist()) if p > 0} == kept(params)
+    assert torch.allclose(probs, torch.softmax(filter_logits(ROW, params), dim=-1))
+    batch = sampling_probs(torch.stack([ROW, ROW]), [params, SamplingParams(temperature=0.0)])
+    assert torch.equal(batch[0], probs) and batch[1].tolist() == [0, 0, 0, 1, 0]     # greedy: the argmax
+    # the draw is inverse transform over exactly these probabilities, one uniform number per row
+    gen, check = make_generator(11), make_generator(11)
+    cdf = torch.cumsum(probs.double(), 0)
+    for _ in range(20):
+        u = torch.rand(1, generator=check).double()
+        assert sample(ROW[None], [params], [gen])[0] == torch.searchsorted(cdf / cdf[-1], u, right=True).item()
+
+
+def test_top_p_of_one_keeps_the_whole_tail():
+    """top_p = 1 is off: the float32 running total reaches 1.0 before the end of a long-tailed row,
+    and must not cut the tokens after that point."""
+    from engine import SamplingParams, sampling_probs
+    logits = torch.randn(49152, generator=torch.Generator().manual_seed(0)) * 4
+    probs = sampling_probs(logits, SamplingParams(temperature=1.0, top_p=1.0))
+    assert int((probs > 0).sum()) == int((torch.softmax(logits, -1) > 0).sum())

@@ -6,7 +6,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.model import Llama
+from engine.model.llama import Llama
 from engine.sampling_params import SamplingParams
 from tiny import TINY
 
@@ -96,3 +96,35 @@ def test_continuous_batching_lets_finished_requests_leave_at_once(model):
     admitted = {e.request_id: r.step for r in engine.trace for e in reversed(r.entries) if e.kind == "prefill"}
     assert finished_at["0"] < finished_at["1"]
     assert admitted["3"] == finished_at["0"] + 1               # the freed seat is taken the very next step
+
+
+def test_static_batch_fills_every_seat_before_it_decodes(model):
+    """A long prompt does not run alone: the batch takes all its seats at once, chunks the long prompt
+    over several steps beside the short ones, and decodes only once every prompt is in the cache."""
+    budget, seats = 32, 4
+    engine = LLMEngine(model, EngineConfig(block_size=8, max_num_seqs=seats, max_num_batched_tokens=budget),
+                       static_batching=True)
+    prompts = [[t % 256 for t in range(150)]] + [list(range(i, i + 10)) for i in range(1, 6)]
+    lengths = [3, 6, 2, 5, 4, 3]
+    for i, (p, n) in enumerate(zip(prompts, lengths)):
+        engine.add_request(str(i), p, params(n))
+    drain(engine)
+    records = list(engine.trace)
+    assert records[0].num_running == seats                  # every seat taken in the first step
+    first_decode = min(r.step for r in records if any(e.kind == "decode" for e in r.entries))
+    prefill = [e for r in records if r.step < first_decode for e in r.entries]
+    assert all(e.kind == "prefill" for e in prefill)
+    assert {e.request_id for e in prefill} == {"0", "1", "2", "3"}
+    assert sum(e.num_tokens for e in prefill if e.request_id == "0") == 150    # chunked, all of it
+    assert first_decode >= 150 // budget                     # several steps of chunks before anyone decodes
+    assert all(r.num_batched_tokens <= budget for r in records)
+    release = min(r.step for r in records if r.finished)
+    batch = [r for r in records if r.step <= release]
+    assert all(len(r.entries) == seats for r in batch if r.step >= first_decode)    # seats held
+    assert sum(r.num_padding_tokens for r in batch) > 0 and all(
+        e.padding == (e.kind == "decode" and e.num_computed_before >= len(prompts[int(e.request_id)]) + lengths[int(e.request_id)] - 1)
+        for r in batch for e in r.entries)
+    outs = [engine.take_output(str(i)) for i in range(6)]
+    assert [len(o.token_ids) for o in outs] == lengths
+    assert len({o.metrics.finished_s for o in outs[:seats]}) == 1
+    assert engine.num_free_blocks() == engine.block_manager.num_blocks

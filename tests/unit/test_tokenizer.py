@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import regex
 
-from engine.tokenizer import TokenizerRegistry, byte_tokenizer, gpt2_tokenizer
+from engine.loader.tokenizer import TokenizerRegistry, byte_tokenizer, gpt2_tokenizer
 
 SAMPLES = [
     "Hello world",
@@ -38,7 +38,7 @@ def test_smollm2_ids_are_pinned(llm):
 
 def test_smollm2_matches_transformers_tokenizer(llm):
     from transformers import AutoTokenizer
-    from engine.weights import default_gguf_path
+    from engine.loader.weights import default_gguf_path
     path = default_gguf_path()
     hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     for text in SAMPLES:

@@ -5,9 +5,9 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.model import Llama
+from engine.model.llama import Llama
 from engine.sampling_params import SamplingParams
-from engine.trace import StepRecord, StepTrace
+from engine.core.step_trace import StepRecord, StepTrace
 from tiny import TINY
 
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from engine import weights
-from engine.weights import WeightsError, default_gguf_path, load_weights
+from engine.loader import wheel
+from engine.loader.weights import WeightsError, default_gguf_path, load_weights
 
 
 @pytest.fixture
@@ -32,8 +32,8 @@ def seeded_cache(llm, tmp_cache):
 
 
 def test_second_load_uses_the_cache_and_no_network(seeded_cache, monkeypatch):
-    monkeypatch.setattr(weights, "_download_wheel", _no_network)
-    monkeypatch.setattr(subprocess, "run", _no_network)
+    monkeypatch.setattr(wheel, "_download_wheel", _no_network)
+    monkeypatch.setattr(subprocess, "Popen", _no_network)
     first = load_weights()                      # dequantizes and writes the safetensors cache
     assert len(list((seeded_cache / "dequantized").glob("*.safetensors"))) == 1
     second = load_weights()                     # reads the cache only
@@ -51,7 +51,7 @@ def test_torn_weights_cache_is_rebuilt(seeded_cache):
 
 
 def test_offline_with_empty_cache_gives_one_clear_error(tmp_cache, monkeypatch):
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
+    monkeypatch.setattr(wheel, "_run_forwarding_output", lambda cmd: 1)     # pip failing, as offline
     with pytest.raises(WeightsError) as err:
         load_weights()
     msg = str(err.value)
@@ -87,8 +87,8 @@ def test_hugging_face_folder_loads_and_matches_transformers(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from engine import LLM
-    from engine.model import ContiguousKV
-    from engine.tokenizer import byte_tokenizer
+    from engine.model.llama import ContiguousKV
+    from engine.loader.tokenizer import byte_tokenizer
 
     cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -103,3 +103,14 @@ def test_hugging_face_folder_loads_and_matches_transformers(tmp_path):
         ours = llm.model.compute_logits(llm.model(torch.tensor(ids), torch.arange(len(ids)), ContiguousKV(2)))
         theirs = hf(torch.tensor([ids])).logits[0]
     assert (ours - theirs).abs().max().item() < 1e-4
+
+
+def test_pip_output_reaches_a_stderr_without_a_file_descriptor(monkeypatch):
+    """The app's server shows load progress by swapping sys.stderr for an object with no fileno; the
+    first start's download must still run (it once failed there with UnsupportedOperation: fileno)."""
+    import io
+    console = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", console)
+    code = wheel._run_forwarding_output([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"])
+    assert code == 3
+    assert "out" in console.getvalue() and "err" in console.getvalue()

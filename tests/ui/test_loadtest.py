@@ -1,0 +1,19 @@
+"""The load test, small: a browser reader and websocket readers at once, no errors, the engine drained.
+(The big run — 100 readers for 5 minutes — is in the README; it is not for CI.)"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def test_a_small_load_test_runs_clean():
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("no Chromium")
+    from app.loadtest import main
+    result = main(["--readers", "3", "--seconds", "12", "--random-weights"])
+    assert result["errors"] == 0, result["error_samples"]
+    assert result["widget_response_ms"]["browser_first_token"]["n"] >= 1
+    assert result["widget_response_ms"]["websocket_session"]["n"] >= 1
+    assert result["kv_blocks_in_use_after"] == 0 and result["engine_alive"]
+    assert result["engine_generated_tokens"] > 0 and result["server_exit_code"] == 0

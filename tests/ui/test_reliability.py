@@ -1,0 +1,200 @@
+"""One engine for every reader, holding up: a closed tab aborts its request at once (from the engine's
+own numbers), an over-long address gets an answer, a huge paste is refused, the dashboard shows the
+reader's request, and SIGTERM during generations exits cleanly. This module runs its own server
+(random weights: mechanics only), because its last test stops it."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("playwright")
+pytest.importorskip("panel")
+
+from widgets.common.testing import wait_live, wait_text  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+LOG = ROOT / "artifacts" / "panel-serve-reliability.log"
+
+
+@pytest.fixture(scope="module")
+def own_server():
+    from tests.ui.conftest import _free_port, _wait_http
+    port = _free_port()
+    LOG.parent.mkdir(parents=True, exist_ok=True)
+    log = open(LOG, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "panel", "serve", "app", "--port", str(port), "--liveness"],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "LLM_EXPLAINER_RANDOM_WEIGHTS": "1"})
+    base = f"http://localhost:{port}"
+    try:
+        _wait_http(base + "/liveness", proc, timeout_s=90)
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(15)
+        log.close()
+
+
+def engine(base: str) -> dict:
+    with urllib.request.urlopen(base + "/engine.json", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def wait_engine(base: str, ok, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        n = engine(base)
+        if ok(n) or time.monotonic() > deadline:
+            return n
+        time.sleep(0.05)          # polling a condition against a deadline
+
+
+def start_generation(page, tokens: int = 128):
+    widget = page.locator(".widget-generate")
+    widget.scroll_into_view_if_needed()
+    wait_live(page, "generate")
+    widget.locator(".gen-max-tokens input").fill(str(tokens))
+    widget.locator(".gen-max-tokens input").press("Tab")
+    widget.locator(".gen-button button").click()
+
+
+def test_a_long_address_gets_a_clear_answer(own_server):
+    base, _ = own_server
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(base + "/app?chapter=" + "a" * 100_000, timeout=30)
+    assert err.value.code == 414 and "at most 16,384" in err.value.read().decode()
+    log = LOG.read_text()
+    assert "refused a 100,0" in log and "a" * 1000 not in log          # the access log names the size only
+    with urllib.request.urlopen(base + "/liveness", timeout=5) as r:        # and the server still answers
+        assert r.status == 200
+
+
+def test_a_closed_tab_aborts_its_request_within_a_second(own_server, browser, app_page_class):
+    base, _ = own_server
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    app = app_page_class(ctx.new_page(), base + "/app")
+    page = app.open("?chapter=what-is-an-llm")
+    start_generation(page)
+    n = wait_engine(base, lambda n: n.get("running", 0) >= 1 and n["generated"] >= 3, 120)
+    assert n["running"] == 1 and n["kv_blocks_used"] > 0
+    step_s = n["last_step_s"]
+    app.assert_clean()
+    ctx.close()                                            # the reader closes the tab mid-reply
+    closed = time.monotonic()
+    n = wait_engine(base, lambda n: n["running"] == 0 and n["waiting"] == 0, 10)
+    took = time.monotonic() - closed
+    # Aborted at the first gap between steps after the close: within a second, plus the step that was
+    # running then (a few tens of ms on an idle 2-core machine; much more on a crowded one).
+    assert n["running"] == 0 and n["kv_blocks_used"] == 0 and took < 1.0 + 2 * step_s, (n, took, step_s)
+    wait_engine(base, lambda n: False, 0.5)                # let any late write to the socket happen
+    log = LOG.read_text()
+    assert "Task exception was never retrieved" not in log and "WebSocketClosedError" not in log
+
+
+def test_the_dashboard_marks_this_readers_request_and_a_huge_paste_is_refused(own_server, browser, app_page_class):
+    base, _ = own_server
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    cover = app_page_class(ctx.new_page(), base + "/app")
+    cover.open("")                                             # the first page sets the anonymous reader cookie
+    chapter = app_page_class(ctx.new_page(), base + "/app")     # same browser: later pages carry it
+    page = chapter.open("?chapter=what-is-an-llm")
+    cover.open("")
+    start_generation(page)
+    wait_live(cover.page, "engine_dashboard")
+    wait_text(cover.page, ".widget-engine_dashboard .dash-chips", "you ·", timeout_ms=60_000)
+    chip = cover.page.locator(".widget-engine_dashboard .dash-yours").first
+    assert "your request" in chip.get_attribute("data-tip")
+    page.locator(".widget-generate .gen-button button").click()    # Stop
+    # A 1 MB paste into the prompt: refused in the page, with a note; nothing reached the server.
+    box = page.locator(".widget-generate textarea")
+    box.fill("short")
+    box.evaluate("""(el) => { const dt = new DataTransfer(); dt.setData('text/plain', 'x'.repeat(1000000));
+        el.dispatchEvent(new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, composed: true,
+                                                     cancelable: true})); }""")
+    wait_text(page, ".widget-generate .paste-note", "Not pasted: that text has 1,000,000 characters")
+    assert box.input_value() == "short"
+    cover.assert_clean()
+    chapter.assert_clean()
+    ctx.close()
+
+
+def test_a_closed_tab_frees_its_private_engines(own_server, browser, app_page_class):
+    """The KV-cache widget steps two sandboxes of its own; closing the tab frees both at once (the
+    websocket's close, not Bokeh's session sweep ~17 s later), seen from the engine's side."""
+    base, _ = own_server
+    before = wait_engine(base, lambda n: n["status"] == "ready", 90)["sandboxes"]
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    app = app_page_class(ctx.new_page(), base + "/app")
+    page = app.open("?chapter=kv-cache")
+    wait_live(page, "kv-cache")
+    n = wait_engine(base, lambda n: n["sandboxes"] >= before + 2, 60)
+    assert n["sandboxes"] >= before + 2 and n["sandbox_kv_mib"] > 0, n
+    app.assert_clean()
+    ctx.close()
+    n = wait_engine(base, lambda n: n["sandboxes"] == before, 5)
+    assert n["sandboxes"] == before, n
+
+
+def test_dashboard_screenshots_on_the_cover_and_in_chapter_14(own_server, browser, app_page_class):
+    from widgets.common.testing import widget_screenshots
+    base, _ = own_server
+    shots = [*widget_screenshots(browser, base + "/app", app_page_class, "?", "engine_dashboard", tag="dashboard-cover"),
+             *widget_screenshots(browser, base + "/app", app_page_class, "?chapter=continuous-batching",
+                                 "engine_dashboard", tag="dashboard-ch14")]
+    assert len(shots) == 8 and all(p.stat().st_size > 10_000 for p in shots)
+
+
+def _threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("Threads:")[1].split()[0])
+
+
+def test_sigterm_while_the_model_loads_exits_cleanly():
+    """A restart that comes while the engine is still loading (torch half-way in) exits 0, with no C++ abort."""
+    from tests.ui.conftest import _free_port
+    log_path = LOG.with_name("panel-serve-sigterm-load.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "panel", "serve", "app", "--port", str(_free_port())],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "LLM_EXPLAINER_RANDOM_WEIGHTS": "1"})
+        try:
+            deadline = time.monotonic() + 60
+            while _threads(proc.pid) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)       # polling a condition: torch's worker thread is up, the model is being built
+            assert "engine ready" not in log_path.read_text()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(15)
+    text = log_path.read_text()
+    assert code == 0 and "terminate called" not in text, text[-2000:]
+
+
+def test_sigterm_during_generations_exits_cleanly(own_server, browser, app_page_class):
+    base, proc = own_server
+    ctxs = []
+    for _ in range(2):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        ctxs.append(ctx)
+        start_generation(app_page_class(ctx.new_page(), base + "/app").open("?chapter=what-is-an-llm"))
+    wait_engine(base, lambda n: n.get("running", 0) >= 2, 120)
+    proc.send_signal(signal.SIGTERM)                       # what a deployment's every restart does
+    try:
+        code = proc.wait(timeout=10)
+    finally:
+        for ctx in ctxs:
+            ctx.close()
+    assert code == 0, LOG.read_text()[-2000:]
+    assert "terminate called" not in LOG.read_text()

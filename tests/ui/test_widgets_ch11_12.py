@@ -1,0 +1,100 @@
+"""Chapters 11 and 12 in the browser: the prefill-vs-decode widget measures on the server and its
+roofline follows model, GPU and batch; the KV-cache stepper steps with its button and a key.
+Screenshots at 1280 and 390 px, light and dark."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+pytest.importorskip("playwright")
+pytest.importorskip("panel")
+
+from widgets.common.testing import deep_count, deep_text, wait_live, wait_text, widget_screenshots  # noqa: E402
+
+pytestmark = pytest.mark.ui
+XSS = "<img src=x onerror=alert(1)>"
+PD = ".widget-prefill-decode"
+
+
+def test_prefill_decode_measures_and_the_roofline_follows_the_pickers(app):
+    page = app.open("?chapter=prefill-and-decode")
+    wait_text(page, f"{PD} .pd-table", "recorded on")                 # never blank: the saved example
+    wait_live(page, "prefill-decode")
+    page.locator(f"{PD} .pd-prompt textarea").fill(XSS)
+    page.locator(f"{PD} .pd-longest select").select_option("128 tokens")
+    page.locator(f"{PD} .pd-measure button").click()
+    wait_text(page, f"{PD} .pd-table", "measured on cpu", timeout_ms=120_000)
+    page.locator(f'{PD} .w-status[data-state="live"]').wait_for(timeout=120_000)
+    mine = f"{PD} .pd-table tbody tr:not(.pd-recorded)"                # the H200's recorded rows follow
+    assert deep_count(page, mine) == 3                                  # 16, 64, 128 tokens
+    assert deep_text(page, f"{mine} td:first-child").split() == ["16", "64", "128"]
+    # The roofline: another model, another GPU, a bigger batch (by keyboard on the slider).
+    readout = f"{PD} .rf-readout"
+    wait_text(page, readout, "Llama-3-8B on H100 SXM")
+    page.locator(f"{PD} .rf-model select").select_option("SmolLM2-135M")
+    page.locator(f"{PD} .rf-gpu select").select_option("H200")
+    wait_text(page, readout, "SmolLM2-135M on H200")
+    wait_text(page, readout, "recorded on NVIDIA H200")
+    page.locator(f"{PD} .rf-batch .noUi-handle").focus()
+    page.keyboard.press("ArrowRight")
+    wait_text(page, f"{readout} .rf-batch-value", "128")
+    app.assert_clean()                                                  # the typed <img> never ran
+
+
+def test_prefill_decode_stop(app):
+    page = app.open("?chapter=prefill-and-decode")
+    wait_live(page, "prefill-decode")
+    page.locator(f"{PD} .pd-measure button").click()
+    page.locator(f'{PD} .w-status[data-state="busy"]').wait_for()
+    page.locator(f"{PD} .pd-measure button", has_text="Stop").click()
+    wait_text(page, f"{PD} .pd-notes", "Stopped")
+    page.locator(f'{PD} .w-status[data-state="live"]').wait_for()
+    wait_text(page, f"{PD} .pd-measure button", "Measure")
+    app.assert_clean()
+
+
+def test_prefill_decode_screenshots(browser, server, app_page_class):
+    shots = widget_screenshots(browser, server, app_page_class, "?chapter=prefill-and-decode", "prefill-decode")
+    assert len(shots) == 4 and all(p.stat().st_size > 10_000 for p in shots)
+
+
+KV = ".widget-kv-cache"
+
+
+def test_kv_cache_steps_with_the_button_and_the_key(app):
+    page = app.open("?chapter=kv-cache")
+    wait_text(page, f"{KV} .kv-blocks", "block table")                 # never blank: the saved example
+    wait_live(page, "kv-cache")
+    wait_text(page, f"{KV} .kv-time", "Prefill: 30 tokens")             # live: the prompt prefilled
+    page.locator(f"{KV} .kv-step button").click()
+    wait_text(page, f"{KV} .kv-time", "Step 1, with the cache")
+    wait_text(page, f"{KV} .kv-bytes", "wrote 46,080 B")                # one token: 2 × 30 × 3 × 64 × 4 bytes
+    page.locator(f"{KV} .kv-stage").focus()
+    page.keyboard.press("ArrowRight")
+    wait_text(page, f"{KV} .kv-time", "Step 2, with the cache")
+    page.keyboard.press("n")
+    wait_text(page, f"{KV} .kv-time", "Step 3, with the cache")
+    wait_text(page, f"{KV} .kv-bytes", "33 × 46,080 B")
+    assert deep_count(page, f"{KV} .kv-slot.kv-new") == 1
+    assert deep_text(page, f"{KV} .kv-table") == "[0, 1, 2]"            # token 33 opened a third block
+    # Reader text is text, and a new prompt starts a new private engine.
+    box = page.locator(f"{KV} .kv-prompt textarea")
+    box.fill(XSS)
+    page.locator(f"{KV} .kv-prefill button").click()
+    wait_text(page, f"{KV} .kv-time", "Prefill: ")
+    wait_text(page, f"{KV} .kv-blocks", "img")
+    assert page.locator(f"{KV} .kv-blocks img").count() == 0
+    app.assert_clean()
+
+
+def test_kv_cache_screenshots(browser, server, app_page_class):
+    def prepare(page):
+        wait_text(page, f"{KV} .kv-time", "Prefill: ")
+        for n in (1, 2):
+            page.locator(f"{KV} .kv-step button").click()
+            wait_text(page, f"{KV} .kv-time", f"Step {n},")
+    shots = widget_screenshots(browser, server, app_page_class, "?chapter=kv-cache", "kv-cache", prepare)
+    assert len(shots) == 4 and all(p.stat().st_size > 10_000 for p in shots)

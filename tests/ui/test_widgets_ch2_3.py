@@ -1,0 +1,162 @@
+"""Chapters 2 and 3 in the browser: the tokenizer playground and the embedding explorer are painted
+at once, go live, follow typing, hover and clicks, keep reader text as text, carry the reader's
+sentence to the next chapter in the URL; screenshots of them and of chapter 1's generate widget at
+1280 and 390 px, light and dark (generate's behaviour is tested in test_glossary_math_widget.py)."""
+from __future__ import annotations
+
+import re
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("playwright")      # the GPU machine has neither (pytest -m gpu must still collect)
+pytest.importorskip("panel")
+from playwright.sync_api import expect  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from engine import gpt2_tokenizer  # noqa: E402
+from widgets.common.testing import (bokeh_points, deep_count, hover_point, wait_live, wait_text,  # noqa: E402
+                                    widget_screenshots)
+
+pytestmark = pytest.mark.ui
+XSS = "<img src=x onerror=alert(1)>"
+TK = ".widget-tokenizer"
+
+
+def test_tokenizer_types_hovers_links_and_carries_the_sentence(app):
+    page = app.open("?chapter=tokens")
+    # Never blank: the saved example is on the page before the engine is live.
+    assert deep_count(page, f"{TK} .tk-out .tk") > 0
+    wait_live(page, "tokenizer")
+    box = page.locator(f"{TK} textarea")
+    text = "Hello world, 👋🏽 "
+    box.fill(text)
+    n_gpt2 = len(gpt2_tokenizer().encode(text).ids)
+    wait_text(page, f'{TK} .tk-col[data-tokenizer="g"] .tk-stats', f"{n_gpt2} tokens")
+    # Ids on demand, and hover links a coloured piece and its id both ways.
+    page.locator(f"{TK} .tk-show-ids input").check()
+    ids = page.locator(f'{TK} .tk-col[data-tokenizer="g"] .tk-ids')
+    expect(ids).to_be_visible()
+    assert ids.inner_text().split()[0] == "15496"                  # GPT-2's "Hello"
+    span = page.locator(f'{TK} .tk-col[data-tokenizer="g"] .tk-out .tk').nth(1)
+    span.hover()
+    link = span.get_attribute("data-link")
+    expect(page.locator(f'{TK} .tid[data-link="{link}"]')).to_have_class("tid c1 linked")
+    wait_text(page, f'{TK} .tk-col[data-tokenizer="g"] .hover-readout', "= id 995")     # "␣world"
+    page.locator(f'{TK} .tk-col[data-tokenizer="g"] .tid').nth(0).hover()
+    expect(page.locator(f'{TK} .tk-col[data-tokenizer="g"] .tk-out .tk').nth(0)).to_have_class("tk c0 linked")
+    wait_text(page, f'{TK} .tk-col[data-tokenizer="g"] .hover-readout', "“Hello” = id 15496")
+    # The emoji is never cut: one span holds all its byte-level tokens.
+    emoji = page.locator(f'{TK} .tk-col[data-tokenizer="g"] .tk-out .tk', has_text="👋🏽")
+    assert emoji.count() == 1 and "byte-level tokens" in emoji.get_attribute("data-tip")
+    # Whitespace on demand.
+    page.locator(f"{TK} .tk-show-ws input").check()
+    page.locator(f"{TK} .tk-out .ws").first.wait_for()
+    # The sentence is in the URL, and the link to the next chapter carries it.
+    page.wait_for_function("() => new URL(location.href).searchParams.get('sentence') === 'Hello world, 👋🏽 '",
+                           timeout=90_000)     # a server round trip: slow on a loaded 2-core machine
+    page.locator(".pager-next").click()
+    page.wait_for_url("**chapter=embeddings**")
+    assert "sentence=Hello" in page.url
+    app.assert_clean()
+
+
+def test_tokenizer_samples_limit_and_escaping(app):
+    page = app.open("?chapter=tokens")
+    wait_live(page, "tokenizer")
+    page.locator(f"{TK} .tk-sample button", has_text="Python code").click()
+    wait_text(page, f'{TK} .tk-col[data-tokenizer="s"] .tk-stats', "29 tokens")
+    wait_text(page, f'{TK} .tk-col[data-tokenizer="g"] .tk-stats', "44 tokens")
+    wait_text(page, f"{TK} .tk-samples", "3.6")                     # the chapter's figure for the code
+    box = page.locator(f"{TK} textarea")
+    box.fill(XSS)
+    wait_text(page, f'{TK} .tk-col[data-tokenizer="g"] .tk-out', "onerror")
+    assert page.locator(f"{TK} .tk-out img").count() == 0
+    assert page.locator(f'{TK} .tk-col[data-tokenizer="g"] .tk-out').inner_text() == XSS
+    box.fill("a" * 20_001)                 # the browser keeps 20,000; the page says why
+    wait_text(page, f"{TK} .w-note", "20,000 characters")
+    app.assert_clean()                     # no dialog: the <img onerror> never ran
+
+
+def test_tokenizer_screenshots(browser, server, app_page_class):
+    def prepare(page):
+        page.locator(f"{TK} .tk-show-ids input").check()
+        page.locator(f"{TK} .tk-out .tk").nth(3).hover()
+    shots = widget_screenshots(browser, server, app_page_class, "?chapter=tokens", "tokenizer", prepare)
+    assert len(shots) == 4 and all(p.stat().st_size > 10_000 for p in shots)
+
+
+EMB = ".widget-embeddings"
+
+
+def test_embeddings_compare_neighbours_map_and_escaping(app):
+    page = app.open("?chapter=embeddings")
+    # Never blank: the saved example's cosine is on the page before the engine is live.
+    wait_text(page, f"{EMB} .emb-cos-value", "0.62")
+    wait_live(page, "embeddings")
+    page.locator(f"{EMB} .emb-a input").fill("dog")
+    page.locator(f"{EMB} .emb-b input").fill("cat")
+    wait_text(page, f"{EMB} .emb-cos", "“␣dog”, “␣cat”) = 0.58")      # the chapter's table says 0.58
+    page.locator(f"{EMB} .emb-near-word input").fill(XSS)
+    wait_text(page, f"{EMB} .emb-neighbours", "onerror")            # shown as text
+    assert page.locator(f"{EMB} img").count() == 0
+    page.locator(f"{EMB} .emb-near-word input").fill("Paris")
+    wait_text(page, f"{EMB} .emb-neighbours", "nearest to “␣Paris”")
+    assert "␣London" in page.locator(f"{EMB} .emb-list").inner_text()
+    page.locator(f"{EMB} .emb-b input").fill("unbelievable")
+    wait_text(page, f"{EMB} .emb-how", "the average of their")
+    page.locator(f"{EMB} .emb-own input").fill(f"tea, {XSS}")
+    page.locator(f"{EMB} .emb-own input").press("Enter")
+    page.locator(f"{EMB} .emb-map-pane").scroll_into_view_if_needed()
+    page.wait_for_function("(xss) => Object.values(Bokeh.index).length > 0", arg=XSS)
+    expect_point = None
+    for _ in range(50):                   # the map follows the input a moment later: wait for the new point
+        points = bokeh_points(page)
+        expect_point = next((p for p in points if p.get("word") == XSS), None)
+        if expect_point:
+            break
+        page.wait_for_timeout(100)
+    assert expect_point is not None and expect_point["set"] == "your words"
+    hover_point(page, next(p for p in points if p.get("word") == "queen"), "royalty")
+    app.assert_clean()                    # no dialog: the reader's markup stayed text
+
+
+def test_embeddings_start_from_the_readers_sentence(app):
+    page = app.open("?chapter=embeddings&sentence=Why%20is%20the%20sky%20blue%3F")
+    wait_live(page, "embeddings")
+    assert page.locator(f"{EMB} .emb-own input").input_value() == "Why, is, the, sky, blue"
+    page.locator(f"{EMB} .emb-map-pane").scroll_into_view_if_needed()
+    page.wait_for_function("() => Object.values(Bokeh.index).length > 0")
+    words = {p.get("word") for p in bokeh_points(page)}
+    assert {"sky", "blue", "king", "dog", "three"} <= words
+    app.assert_clean()
+
+
+def test_embeddings_screenshots(browser, server, app_page_class):
+    shots = widget_screenshots(browser, server, app_page_class, "?chapter=embeddings", "embeddings")
+    assert len(shots) == 4 and all(p.stat().st_size > 10_000 for p in shots)
+
+
+def test_server_log_has_no_tracebacks(server):
+    """Widget callbacks that fail on the server only show in its log: none may have failed."""
+    log = (Path(__file__).resolve().parents[2] / "artifacts" / "panel-serve.log").read_text(errors="replace")
+    events = re.split(r"\n(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ )", log)     # one entry per time-stamped line
+    # tornado's note that a browser left while a message to it was being written (a page closed mid-update,
+    # as every test's page is) is not a widget failing
+    failed = [e for e in events if "Traceback" in e and not e.rstrip().endswith("WebSocketClosedError")]
+    assert not failed, failed[0][:3000]
+
+
+def test_generate_screenshots(browser, server, app_page_class):
+    def prepare(page):
+        widget = page.locator(".widget-generate")
+        widget.locator(".gen-max-tokens input").fill("4")             # a short live reply: CI has 2 cores
+        widget.locator(".gen-max-tokens input").press("Tab")
+        widget.locator(".gen-button button").click()
+        wait_text(page, ".widget-generate .gen-stats", "measured on", timeout_ms=120_000)
+        wait_text(page, ".widget-generate .gen-stats", "stopped", timeout_ms=120_000)
+    shots = widget_screenshots(browser, server, app_page_class, "?chapter=what-is-an-llm", "generate", prepare)
+    assert len(shots) == 4 and all(p.stat().st_size > 10_000 for p in shots)

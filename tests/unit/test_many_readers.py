@@ -1,0 +1,107 @@
+"""Issue 18's "done when", at engine level through the widget toolkit: 20 pages each generating with the
+real generate widget (its JobRunner, reader share, server-wide seats) while other pages open, start a
+reply and a private engine, and close mid-way. Every reply is exact and whole, every KV block of the
+shared engine is free afterwards, no page's sandbox is left, and the process's memory is back near its
+start. Random weights (mechanics only) and short replies keep it to seconds."""
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pn = pytest.importorskip("panel")
+
+from bokeh.document import Document  # noqa: E402
+
+from app.engine_handle import EngineSnapshot, EngineStatus  # noqa: E402
+from engine import LLM, SamplingParams  # noqa: E402
+from widgets.common.sandboxes import owned_by, page_sandboxes, sandbox  # noqa: E402
+from widgets.generate import GenerateWidget, run_generation  # noqa: E402
+
+READERS, CHURN_PAGES, TOKENS = 20, 12, 12
+
+
+@dataclass
+class Handle:
+    llm: object
+
+    def start(self):
+        pass
+
+    def snapshot(self):
+        return EngineSnapshot(EngineStatus.READY, "ready", True)
+
+
+@pytest.fixture(scope="module")
+def small_llm():
+    llm = LLM(device="cpu", random_weights=True, num_kv_blocks=96)
+    yield llm
+    llm.close()
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def wait_until(ok, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not ok() and time.monotonic() < deadline:
+        time.sleep(0.01)            # polling a condition against a deadline
+    return ok()
+
+
+def open_and_close_page(llm, handle, i: int) -> None:
+    """A reader who opens a page, starts a reply and a private engine, and leaves mid-way."""
+    page = Document()
+    page_sandboxes(page)
+    with owned_by(page):
+        w = GenerateWidget(handle, prompt=f"leaving reader {i}", max_tokens=TOKENS, chat=False)
+        box = sandbox(llm, num_kv_blocks=4, max_num_seqs=1)
+    box.add_request("mine", [5 + i, 6, 7], SamplingParams(max_tokens=20, ignore_eos=True))
+    box.step()
+    w._on_click()
+    wait_until(lambda: w._output.object.count('class="tok"') >= 1, 10)   # some of the reply came
+    w._runner.close()                                                   # the tab closes
+    for end in list(page.session_destroyed_callbacks):
+        end(None)
+
+
+def test_twenty_readers_generate_while_others_come_and_go(small_llm):
+    llm, handle = small_llm, Handle(small_llm)
+    prompts = [f"reader {i} asks about the weather in city number {i * 7}" for i in range(READERS)]
+    alone = {p: run_generation(llm, p, TOKENS, chat=False).tokens for p in prompts}   # each on its own
+    open_and_close_page(llm, handle, -1)                                # warm every path once
+    wait_until(lambda: not llm.sandboxes() and llm.stats.num_running == 0, 10)
+    gc.collect()
+    rss_before, steps_before = rss_mb(), llm.num_steps()
+
+    widgets = [GenerateWidget(handle, prompt=p, max_tokens=TOKENS, chat=False) for p in prompts]
+    shown: dict[int, object] = {}
+    for i, w in enumerate(widgets):                  # what each page was last shown, beside the page itself
+        w._show = (lambda show, i: lambda reply, llm: (shown.__setitem__(i, reply), show(reply, llm)))(w._show, i)
+    churn = threading.Thread(target=lambda: [open_and_close_page(llm, handle, i) for i in range(CHURN_PAGES)])
+    churn.start()
+    for w in widgets:
+        w._on_click()
+    churn.join(120)
+    assert all(w._runner.wait_idle(120) for w in widgets)
+
+    for i, (w, p) in enumerate(zip(widgets, prompts)):
+        assert 'data-state="error"' not in w.gate.pane.object, w.gate.pane.object      # no error
+        assert shown[i].reason == "length" and shown[i].tokens == alone[p], p          # whole and exact
+        assert len(alone[p]) == TOKENS and w._output.object.count('class="tok"') == TOKENS
+    state = llm.allocator_state()
+    assert state.num_free == state.num_blocks and not state.tables                     # every block free
+    assert wait_until(lambda: not llm.sandboxes(), 10), llm.sandboxes()               # no page's sandbox left
+    assert llm.num_steps() - steps_before < READERS * TOKENS                          # replies shared steps
+    del widgets
+    gc.collect()
+    assert rss_mb() - rss_before < 60, (rss_before, rss_mb())                          # memory back near start
+

@@ -1,0 +1,97 @@
+"""The chunked-prefill widget (chapter 17) against the private engines it drives: the bars it draws are
+the engine's step trace, chunking keeps every step under the budget while the chats keep decoding,
+and no block stays held after a run or a cancelled one."""
+from __future__ import annotations
+
+import pytest
+
+pn = pytest.importorskip("panel")
+
+from widgets.chunked_prefill import CHATS, DEFAULT_DOC, ChunkedPrefillWidget  # noqa: E402
+from widgets.chunked_run import DOC, compare, document_ids, drive, off_budget, private_engine as sandbox  # noqa: E402
+from widgets.chunked_view import bar_rows, summary_html  # noqa: E402
+from widgets.common import Cancelled  # noqa: E402
+from widgets.common.examples import load_example  # noqa: E402
+from widgets.common.testing import LoadedEngine, same  # noqa: E402
+
+TIMES = frozenset({"end_ms", "wall_ms", "gaps", "doc_ttft_ms"})
+
+
+@pytest.fixture(scope="module")
+def prompts(llm):
+    chats = [llm.tokenizer.encode_ids(llm.format_prompt(t, chat=True)) for t in CHATS]
+    return chats, document_ids(llm, DEFAULT_DOC)[0]
+
+
+@pytest.fixture(scope="module")
+def chunked(llm, prompts):
+    engine = sandbox(llm, 64, True)
+    return engine, drive(engine, *prompts)
+
+
+def test_saved_example_is_fresh(llm):
+    saved, fresh = load_example("chunked-prefill").data, compare(llm, list(CHATS), DEFAULT_DOC, 64)
+    diffs = same(saved, fresh, ignore=TIMES)
+    assert not diffs, "run `python -m widgets.examples chunked-prefill`:\n" + "\n".join(diffs[:20])
+    assert all(len(saved[m]["gaps"][c]) == len(fresh[m]["gaps"][c]) for m in ("on", "off") for c in saved[m]["gaps"])
+
+
+def test_the_bars_are_the_engines_step_trace(chunked):
+    engine, run = chunked
+    records = engine.trace.since(engine.trace.num_steps - len(run["steps"]))
+    bars = bar_rows(run)
+    for rec, step in zip(records, run["steps"]):
+        mine = [h for x, h in zip(bars["x"], bars["h"]) if x == step["step"]]
+        assert sorted(mine) == sorted(e.num_tokens for e in rec.entries)
+        assert sum(mine) == rec.num_batched_tokens
+    assert sum(1 for s in run["steps"] if s["step"] < 0) == 2               # the warm decode-only steps
+
+
+def test_chunks_fit_the_budget_and_the_chats_never_wait(chunked, prompts):
+    _, run = chunked
+    doc = prompts[1]
+    assert sum(run["doc_chunks"]) == len(doc) and len(run["doc_chunks"]) == -(-len(doc) // (64 - 3))
+    for s in run["steps"]:
+        assert sum(s["tokens"].values()) <= 64
+        assert all(s["tokens"][c] == 1 and s["kinds"][c] == "decode" for c in ("chat 1", "chat 2", "chat 3"))
+    gaps = [g for gs in run["gaps"].values() for _, g in gs]
+    assert len(gaps) == 3 * len(run["steps"]) and all(g > 0 for g in gaps)   # one token per chat per step
+
+
+def test_without_chunking_one_step_holds_the_whole_document(llm, prompts):
+    chats, doc = prompts
+    engine = sandbox(llm, off_budget(64, chats, doc), False)
+    run = drive(engine, chats, doc)
+    assert run["doc_chunks"] == [len(doc)] and run["budget"] >= len(doc) + 4
+    [big] = [s for s in run["steps"] if DOC in s["tokens"] and s["kinds"][DOC] == "prefill"]
+    assert big["tokens"][DOC] == len(doc) and len(big["tokens"]) == 4        # the chats still ride along
+    assert run["free_after"] == run["num_blocks"] == engine.num_free_blocks()
+    assert "went in <b class=\"cp-chunks\">1 chunk</b>" in summary_html({"budget": 64, "on": run}, "measured")
+
+
+def test_no_block_stays_held_after_a_run_or_a_cancel(llm, chunked, prompts):
+    engine, run = chunked
+    assert run["free_after"] == run["num_blocks"] and not engine.has_unfinished()
+    assert not engine.allocator_state().tables
+    engine, calls = sandbox(llm, 64, True), []
+
+    def stop_after_a_few_steps():
+        calls.append(1)
+        if len(calls) > 5:
+            raise Cancelled()
+    with pytest.raises(Cancelled):
+        drive(engine, *prompts, check=stop_after_a_few_steps)
+    assert not engine.has_unfinished() and engine.num_free_blocks() == engine.allocator_state().num_blocks
+
+
+def test_widget_runs_on_a_budget_change(llm):
+    w = ChunkedPrefillWidget(LoadedEngine())
+    assert "recorded on" in w._summary.object and w._bars["on"].src.data["h"]      # the saved example
+    w = ChunkedPrefillWidget(LoadedEngine(llm))
+    assert not w._runner.busy and not w._run.disabled                         # live: waits for the reader
+    w._budget.value = 512
+    assert w._runner.wait_idle(300) and "measured on cpu" in w._summary.object
+    assert "1 chunk" in w._summary.object                                       # 512 holds the whole document
+    with pytest.raises(ValueError):
+        compare(llm, list(CHATS), DEFAULT_DOC, 100)                             # not a budget on the slider
+    w.close()

@@ -1,0 +1,103 @@
+"""The live engine dashboard and fair sharing: numbers from the engine's own per-step snapshot, no
+engine read per session, the reader's requests marked, queue places, per-reader limits."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pn = pytest.importorskip("panel")
+
+from engine import SamplingParams  # noqa: E402
+from widgets.common.sharing import Admission, Reader, Refused  # noqa: E402
+from widgets.common.testing import LoadedEngine, assert_example_fresh  # noqa: E402
+from widgets.engine_dashboard import EngineDashboard, dashboard_html, dashboard_view  # noqa: E402
+from widgets.generate import run_generation  # noqa: E402
+
+
+def test_saved_example_is_fresh(llm):
+    assert_example_fresh("engine_dashboard", llm, ignore={"tokens_per_s"})
+
+
+def test_the_view_is_the_engines_latest_step_with_this_readers_request_marked(llm):
+    long = llm.stream(list(range(100, 140)), SamplingParams(temperature=0.0, max_tokens=300, ignore_eos=True))
+    other = llm.stream(list(range(200, 230)), SamplingParams(temperature=0.0, max_tokens=300, ignore_eos=True))
+    mine_id = next(long).request_id
+    next(other)
+    try:
+        stats = llm.stats
+        view = dashboard_view(stats, mine={mine_id})
+        state = llm.allocator_state()
+        assert [e["tokens"] for e in view["batch"]] == [e.num_tokens for e in stats.last.entries]
+        assert [e["yours"] for e in view["batch"]] == [e.request_id == mine_id for e in stats.last.entries]
+        assert view["step"] == stats.last.step and view["steps"] == stats.steps
+        # blocks in use as the allocator counts them (read between steps; at least what the snapshot saw
+        # freed or grown by one step since)
+        assert abs(view["kv_used"] - (state.num_blocks - state.num_free)) <= 2
+        html = dashboard_html(view, "measured on cpu")
+        assert html.count("dash-yours") == sum(e["yours"] for e in view["batch"]) >= 1
+    finally:
+        long.close()
+        other.close()
+    assert llm.stats.num_free_blocks == llm.stats.num_blocks           # both aborted, every block back
+
+
+def test_open_dashboards_never_ask_the_engine_anything(llm, monkeypatch):
+    boards = [EngineDashboard(LoadedEngine(llm)) for _ in range(50)]
+    calls = []
+    monkeypatch.setattr(llm.loop, "_call", lambda fn: calls.append(fn))
+    for board in boards:
+        board.refresh()
+    assert calls == []                                 # 50 sessions: zero engine reads, one shared snapshot
+    assert all("dash-facts" in b._out.object for b in boards)
+
+
+def test_a_burst_waits_in_line_with_its_place_shown():
+    gate = Admission(seats=1)
+    places, order, release = [], [], threading.Event()
+
+    def hold():
+        with gate.seat():
+            order.append("first")
+            release.wait(10)
+    t1 = threading.Thread(target=hold)
+    t1.start()
+    while gate.running == 0:
+        release.wait(0.01)
+
+    def wait_turn():
+        with gate.seat(on_place=places.append):
+            order.append("second")
+    t2 = threading.Thread(target=wait_turn)
+    t2.start()
+    while not places:
+        release.wait(0.01)
+    assert places == [1] and gate.waiting == 1 and order == ["first"]
+    release.set()
+    t1.join(10)
+    t2.join(10)
+    assert order == ["first", "second"] and gate.running == 0 and gate.waiting == 0
+
+
+def test_a_waiter_who_leaves_drops_out_of_the_line():
+    gate = Admission(seats=0)
+    with pytest.raises(Refused):
+        with gate.seat(should_stop=lambda: True):
+            pass
+    assert gate.waiting == 0
+
+
+def test_one_reader_runs_at_most_two_generations_at_once():
+    reader = Reader()
+    with reader.generation(), reader.generation():
+        with pytest.raises(Refused, match="limit per reader is 2"):
+            with reader.generation():
+                pass
+    assert reader.active == 0
+
+
+def test_a_generation_is_listed_as_the_readers_while_it_runs(llm):
+    reader, seen = Reader(), []
+    reply = run_generation(llm, "Hello", 4, chat=False, reader=reader,
+                           should_stop=lambda: seen.append(set(reader.requests)) or False)
+    assert reply.tokens and any(s for s in seen) and reader.requests == set()

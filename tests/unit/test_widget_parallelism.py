@@ -1,0 +1,128 @@
+"""The parallelism widget (chapter 19) without a browser: its saved example is a fresh real run (tp=3 and
+pp=3 on CPU processes, the same text as one process), every number it draws is the step trace's or the
+arithmetic's, the refusals are the engine's, one run at a time per server, and reader text is escaped."""
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+
+pytest.importorskip("panel")                # the widgets need the app's dependencies (absent on the GPU machine)
+
+from engine import ModelConfig, parallel_layout  # noqa: E402
+from widgets.common.testing import assert_example_fresh  # noqa: E402
+from widgets.parallelism import views  # noqa: E402
+from widgets.parallelism.modelled import SCENARIOS, pipeline, tensor_parallel  # noqa: E402
+from widgets.parallelism.run import RunSlot, check_size, sizes_for  # noqa: E402
+
+SMOL = ModelConfig()
+TIMES = {"seconds", "busy", "window_s", "bubble", "startup_s", "device"}     # measured, differ per run
+
+
+@pytest.fixture(scope="module")
+def saved():
+    from widgets.common import load_example
+    return load_example("parallelism")
+
+
+def test_saved_example_is_fresh(llm):
+    """Recomputed for real: tp=3 and pp=3 processes on this machine, the same text as the saved one."""
+    assert_example_fresh("parallelism", llm, ignore=TIMES)
+
+
+@pytest.mark.parametrize("mode", ["tp", "pp"])
+def test_the_split_runs_give_the_single_process_text(saved, mode):
+    run = saved.data["runs"][mode]
+    assert run["same_text"] and run["text"] == run["single_text"] and run["tokens"] > 3
+
+
+def test_every_all_reduce_carries_tokens_x_hidden_x_bytes(saved):
+    run = saved.data["runs"]["tp"]
+    for s in run["steps"]:
+        assert s["all_reduce"]["calls"] == 2 * SMOL.num_layers
+        assert s["all_reduce"]["bytes"] == s["all_reduce"]["calls"] * s["tokens"] * SMOL.hidden_size * 4
+        assert s["all_reduce_bytes_each"] == s["tokens"] * SMOL.hidden_size * 4
+        assert all(r["all_reduce"]["bytes"] == s["all_reduce"]["bytes"] for r in s["ranks"])
+    html = views.steps_html(run, "measured")
+    first = run["steps"][0]
+    assert f"= <b>{first['all_reduce_bytes_each']:,} bytes</b>" in html
+
+
+def test_pipeline_steps_hand_off_the_hidden_state_and_show_the_bubble(saved):
+    run = saved.data["runs"]["pp"]
+    prefill = run["steps"][0]
+    assert prefill["kind"] == "prefill" and len(prefill["micro_batches"]) == 3
+    for s in run["steps"]:
+        assert s["handoff_bytes"] == [n * SMOL.hidden_size * 4 for n in s["micro_batches"]]
+        assert sum(r["send"]["bytes"] for r in s["ranks"]) == 2 * sum(s["handoff_bytes"])    # 2 boundaries
+    html = views.steps_html(run, "measured", 0)
+    assert html.count('class="pz-lane"') == 3
+    assert html.count('class="pz-busy') == 3 * 3                        # 3 stages x 3 micro-batches
+    decode = views.steps_html(run, "measured", 1)
+    assert decode.count('class="pz-busy') == 3 and "67% at best" in decode
+
+
+@pytest.mark.parametrize("tp", [3, 9])
+def test_the_split_view_draws_each_ranks_slice_of_each_matrix(tp):
+    html = views.split_html(parallel_layout(SMOL, tp), SMOL, "tp")
+    assert html.count('class="pz-matrix"') == 8
+    assert html.count('class="pz-slice') == 8 * tp
+    assert html.count("all-reduce: every rank adds") == 2
+    for r in range(tp):      # one rank's slices are linked for hovering, and reachable by keyboard
+        assert html.count(f'data-link="rank-{r}"') == 8
+    assert 'tabindex="0"' in html and "title=" in html
+
+
+def test_the_stage_view_places_thirty_layers():
+    html = views.split_html(parallel_layout(SMOL, 1, 3), SMOL, "pp")
+    assert html.count('class="pz-layer ') == 30
+    assert [html.count(f'data-link="stage-{s}"') for s in range(3)] == [11, 11, 11]   # 10 layers + legend
+
+
+def test_refusals_are_the_engines_and_the_servers():
+    assert "sizes that work: 1, 3, 9" in check_size(SMOL, "tp", 2)
+    assert "the limit is 3" in check_size(SMOL, "tp", 9)
+    assert check_size(SMOL, "tp", 3) is None and check_size(SMOL, "pp", 2) is None
+    assert "the limit is 3" in check_size(SMOL, "pp", 6)
+    assert sizes_for("tp") == [2, 3, 9] and sizes_for("pp") == [2, 3, 5, 6]
+
+
+def test_reader_text_is_escaped(saved):
+    run = dict(saved.data["runs"]["tp"], prompt="<img src=x onerror=alert(1)>", text="<b>x</b>")
+    html = views.texts_html(run, "measured")
+    assert "<img" not in html and "&lt;img src=x" in html and "<b>x" not in html
+
+
+def test_one_run_per_server_and_the_next_one_is_told_its_place():
+    slot, waits, got = RunSlot(), [], []
+    assert slot.acquire(lambda: False, waits.append)
+    t = threading.Thread(target=lambda: got.append(slot.acquire(lambda: False, waits.append)))
+    t.start()
+    while not waits:
+        t.join(0.05)
+    assert waits[0] == 1 and slot.busy and not got
+    slot.release()
+    t.join(5)
+    assert got == [True]
+    slot.release()
+    cancel = threading.Event()
+    assert slot.acquire(lambda: False, waits.append)
+    cancel.set()
+    assert slot.acquire(cancel.is_set, waits.append) is False     # a cancelled reader leaves the line
+    slot.release()
+
+
+def test_the_modelled_view_is_the_chapters_arithmetic():
+    prefill = tensor_parallel("prefill, 2,000 tokens")
+    assert prefill["calls"] == 160 and prefill["ring_factor"] == 1.75
+    assert prefill["all_reduce_bytes"] == 2000 * 8192 * 2
+    assert prefill["links"]["NVLink"]["move_s"] == pytest.approx(0.0204, rel=0.01)
+    assert prefill["compute_s"] == pytest.approx(0.0351, rel=0.01)
+    assert prefill["links"]["PCIe"]["move_s"] / prefill["links"]["NVLink"]["move_s"] == pytest.approx(450 / 64)
+    assert tensor_parallel("decode, 1 user")["links"]["NVLink"]["fixed_s"] == pytest.approx(160 * 10e-6)
+    pp = pipeline("decode, 1 user")
+    assert pp["hidden_bytes"] == 16 * 1024 and pp["vllm_bytes"] == 32 * 1024
+    html = views.modelled_html(prefill, pipeline("prefill, 2,000 tokens"), "")
+    assert "modelled" in html and re.search(r"<b>\d+%</b>", html)
+    assert set(SCENARIOS) == {"decode, 1 user", "decode, 64 users", "prefill, 2,000 tokens"}

@@ -1,0 +1,204 @@
+"""The shared widget toolkit (widgets/common): job runner, input limits, labels, the pass counter read
+from the step trace, the registry, saved examples, the gate; and `generate` on the real engine."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("panel")
+
+from engine import ScheduledEntry, StepRecord  # noqa: E402
+from widgets.common import (EngineGate, JobRunner, clamp, clip, describe, esc, label_html, measured,  # noqa: E402
+                            modelled, recorded, register, request_passes, show_token)
+from widgets.common.examples import rounded  # noqa: E402
+from widgets.common.jobs import error_message  # noqa: E402
+from widgets.common.registry import REGISTRY  # noqa: E402
+from widgets.common.sentence import reader_sentence  # noqa: E402
+from widgets.common.testing import assert_example_fresh, same  # noqa: E402
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+def test_debounce_runs_only_the_newest_of_a_burst():
+    ran, shown = [], []
+    runner = JobRunner()
+    for i in range(5):
+        runner.submit(lambda job, i=i: ran.append(i) or i, shown.append, debounce_ms=60)
+    assert runner.wait_idle(5)
+    assert ran == [4] and shown == [4]
+
+
+def test_a_newer_job_supersedes_a_running_one():
+    started, release, shown = threading.Event(), threading.Event(), []
+
+    def slow(job):
+        started.set()
+        release.wait(5)
+        return "old"
+    runner = JobRunner()
+    first = runner.submit(slow, shown.append)
+    assert started.wait(5)
+    runner.submit(lambda job: "new", shown.append)
+    release.set()
+    assert runner.wait_idle(5) and first.cancelled
+    time.sleep(0)              # the old job's result, if it were delivered, would arrive on its own thread
+    assert shown == ["new"]
+
+
+def test_a_job_submitted_by_a_callback_keeps_the_runner_busy():
+    shown, busy = [], []
+    runner = JobRunner(on_busy=busy.append)
+    release = threading.Event()
+
+    def second(job):
+        release.wait(5)
+        return "second"
+    runner.submit(lambda job: "first", lambda r: (shown.append(r), runner.submit(second, shown.append)))
+    assert not runner.wait_idle(0.3)           # the follow-up is still running: not idle
+    assert runner.busy and busy[-1] is True
+    release.set()
+    assert runner.wait_idle(5) and shown == ["first", "second"] and busy[-1] is False
+
+
+def test_cancel_and_close_stop_work_and_refuse_new_jobs():
+    busy, shown, gate = [], [], threading.Event()
+
+    def work(job):
+        gate.wait(5)
+        job.check()                    # raises Cancelled: nothing is delivered
+        return "late"
+    runner = JobRunner(on_busy=busy.append)
+    job = runner.submit(work, shown.append)
+    runner.close()
+    gate.set()
+    assert job.cancelled and runner.wait_idle(5) and not runner.busy
+    assert runner.submit(lambda job: 1, shown.append) is None
+    assert shown == [] and busy == [True, False]
+
+
+def test_errors_become_one_line_for_the_reader():
+    errors = []
+    runner = JobRunner()
+    runner.submit(lambda job: 1 / 0, lambda r: None, on_error=errors.append)
+    assert runner.wait_idle(5)
+    assert errors == ["ZeroDivisionError: division by zero"]
+    assert error_message(ValueError("x" * 500 + "\nsecond line")).endswith("…")
+
+
+def test_progress_posts_reach_the_page_in_order():
+    seen = []
+    runner = JobRunner()
+    runner.submit(lambda job: [job.post(i) for i in range(3)] and "done", seen.append, on_progress=seen.append)
+    assert runner.wait_idle(5)
+    assert seen[-1] == "done" and seen[:-1] == sorted(seen[:-1])
+
+
+# -- text, labels -------------------------------------------------------------------------------
+def test_escaping_and_limits():
+    assert "<" not in esc(XSS) and "&lt;img" in esc(XSS)
+    assert esc("costs $5 \\ day") == "costs &#36;5 &#92; day"       # never typeset as math
+    assert clip("abcdef", 4) == ("abcd", "Only the first 4 characters are used (the limit is 4).")
+    assert clip("abc", 4) == ("abc", None)
+    assert clamp(500, 1, 128, "Max new tokens") == (128, "Max new tokens is 1–128: using 128, not 500.")
+    assert clamp("x", 1, 128, "N")[0] == 1 and clamp(7, 1, 128, "N") == (7, None)
+    assert show_token(" is\n") == "␣is↵" and show_token("\x07") == "\\x07"
+
+
+def test_labels_say_where_numbers_come_from():
+    assert measured("cpu (2 threads)") == "measured on cpu (2 threads)"
+    assert measured("cpu (2 threads)", 0.0031) == "measured on cpu (2 threads) in 3.1 ms"
+    r = recorded("NVIDIA H200", "python -m engine bench kernels", "2025-11-20")
+    assert r == "recorded on NVIDIA H200 by `python -m engine bench kernels` (2025-11-20)"
+    assert "<code>python -m engine bench kernels</code>" in label_html(r)
+    assert modelled("H100 SXM") == "modelled (H100 SXM)" and "w-label-modelled" in label_html(modelled())
+    assert "&lt;img" in label_html(measured(XSS))
+
+
+# -- the pass counter from the step trace -------------------------------------------------------
+def _rec(step, *entries, preempted=()):
+    return StepRecord(step, 0.0, 0.0, 0.05, 0.0, entries=list(entries), preempted=list(preempted))
+
+
+def test_passes_chunked_prefill_preemption_and_sharing():
+    other = ScheduledEntry("req-9", 9, "decode", 1, 40)
+    records = [
+        _rec(0, ScheduledEntry("req-1", 1, "prefill", 2048, 0), other),
+        _rec(1, ScheduledEntry("req-1", 1, "prefill", 952, 2048)),
+        _rec(2, ScheduledEntry("req-1", 1, "decode", 1, 3000)),
+        _rec(3, other, preempted=[("req-1", "recompute")]),
+        _rec(4, ScheduledEntry("req-1", 1, "prefill", 2002, 0)),
+        _rec(5, ScheduledEntry("req-1", 1, "decode", 1, 3002), other),
+    ]
+    p = request_passes(records, "req-1")
+    assert (p.passes, p.prefill_passes, p.decode_passes) == (5, 3, 2)
+    assert p.chunks == [2048, 952] and p.prompt_tokens == 3000 and p.recomputed_tokens == 2002
+    lines = describe(p)
+    assert lines[0] == "prompt: 3,000 tokens computed in 2 chunks (2,048 + 952)"
+    assert "3 prefill passes + 2 decode passes = 5 forward passes" in lines
+    assert "preempted once (recompute): 2,002 tokens computed again" in lines
+    assert "2 of 5 passes shared with other requests" in lines
+
+
+def test_passes_prefix_cache_hit():
+    p = request_passes([_rec(7, ScheduledEntry("r", 1, "prefill", 3, 15, 15))], "r")
+    assert describe(p)[0] == "prompt: 3 of 18 tokens computed, 15 from the prefix cache"
+
+
+# -- registry, examples, sentence, gate ---------------------------------------------------------
+def test_registry_refuses_two_widgets_with_one_name():
+    import widgets  # noqa: F401  (registers every widget)
+    assert "generate" in REGISTRY
+    with pytest.raises(ValueError):
+        register("generate")(lambda engine: None)
+
+
+def test_rounded_and_same():
+    assert rounded({"a": 0.123456789, "b": [1.0, float("nan")], 3: (2,)}) == {"a": 0.12346, "b": [1.0, None], "3": [2]}
+    assert same({"x": [1.0, 2]}, {"x": [1.0004, 2]}) == []
+    assert same({"x": [1.0, 2]}, {"x": [1.1, 2]}) == ["/x[0]: saved 1.0, fresh 1.1"]
+    assert same({"t": 1, "k": 2}, {"t": 9, "k": 2}, ignore={"t"}) == []
+
+
+def test_reader_sentence_outside_a_session_is_the_default():
+    assert reader_sentence("What is the capital of France?") == "What is the capital of France?"
+
+
+def test_gate_calls_on_ready_once_when_the_engine_is_up():
+    from tests.unit.test_app_generate_widget import FakeHandle, FakeLLM
+    from app.engine_handle import EngineStatus
+    calls = []
+    h = FakeHandle(EngineStatus.LOADING, _llm=FakeLLM([]))
+    gate = EngineGate(h, calls.append)
+    gate.start()
+    assert calls == [] and not gate.live and 'data-state="loading"' in gate.pane.object
+    h.status = EngineStatus.READY
+    gate.check()
+    gate.check()
+    assert len(calls) == 1 and gate.live and 'data-state="live"' in gate.pane.object
+    gate.set_busy(True)
+    assert 'data-state="busy"' in gate.pane.object
+    gate.error(XSS)
+    assert 'data-state="error"' in gate.pane.object and "<img" not in gate.pane.object
+
+
+# -- generate on the real engine ------------------------------------------------------------------
+def test_saved_generate_example_is_what_the_engine_writes(llm):
+    # Times are measurements, and how much of the prompt the prefix cache holds depends on what ran before.
+    assert_example_fresh("generate", llm, ignore={"prefill_s", "decode_s", "cached_prompt_tokens", "chunks"})
+
+
+def test_generate_counts_what_the_engine_did(llm):
+    from widgets.generate import run_generation
+    prompt = "Name a colour of the rainbow."
+    first = run_generation(llm, prompt, 4, chat=True)
+    again = run_generation(llm, prompt, 4, chat=True)
+    for reply in (first, again):
+        p = reply.passes
+        assert p.passes == len(reply.tokens) == p.prefill_passes + p.decode_passes
+    # The second time, the prompt's full blocks are in the prefix cache: only the rest is computed.
+    p = again.passes
+    assert p.cached_prompt_tokens >= 16 and p.prompt_tokens == first.passes.prompt_tokens
+    assert f"{sum(p.chunks)} of {p.prompt_tokens} tokens computed" in describe(p)[0]
