@@ -28,6 +28,7 @@ class Sandbox(LLMEngine):
         super().__init__(*args, **kwargs)
         self._lock = threading.RLock()          # one step, request change or free at a time
         self.freed = False
+        self._leaving = False                   # free() was called: refuse work before waiting for the lock
         cache = self.kv_cache
         self.kv_bytes = sum(t.numel() * t.element_size() for t in [*cache.kv, *cache.swap])
 
@@ -40,7 +41,7 @@ class Sandbox(LLMEngine):
             yield self
 
     def _check(self) -> None:
-        if self.freed:
+        if self._leaving:
             raise SandboxFreed("this private engine was freed (its page closed)")
 
     def add_request(self, *args, **kwargs) -> list[str]:
@@ -61,6 +62,9 @@ class Sandbox(LLMEngine):
     def free(self) -> None:
         """Abort every request and release the KV cache's memory now. Idempotent; blocks while a step
         runs on another thread, so call it off the event loop."""
+        # Raised first, outside the lock: a thread stepping in a tight loop releases the lock and takes it
+        # again before a waiting thread wakes (locks are not fair), so free() could wait for its last step.
+        self._leaving = True
         with self._lock:
             if self.freed:
                 return

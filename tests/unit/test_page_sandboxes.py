@@ -107,3 +107,21 @@ def test_no_widget_makes_a_sandbox_behind_the_toolkit(llm):
     direct = [f"{p.relative_to(widgets)}:{i}" for p in widgets.rglob("*.py") if p.name != "sandboxes.py"
               for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\.sandbox\(", line)]
     assert direct == []
+
+
+def test_free_stops_a_thread_stepping_in_a_tight_loop_at_its_next_step(llm):
+    """Locks are not fair: a thread that releases the sandbox's lock and takes it again at once can keep
+    free() waiting for as long as it steps. free() must stop it at its next step instead."""
+    box = llm.sandbox(num_kv_blocks=64, max_num_seqs=1, enable_prefix_caching=False)
+    box.add_request("long", llm.tokenizer.encode_ids("a long answer"), SamplingParams(max_tokens=900, ignore_eos=True))
+    result: dict = {}
+    stepper = threading.Thread(target=_step_until_freed, args=(box, result))
+    stepper.start()
+    assert wait_until(lambda: box.trace.num_steps >= 2)
+    before = box.trace.num_steps
+    box.free()
+    after = box.trace.num_steps
+    stepper.join(60)
+    assert result.get("stopped")
+    # at most the step in flight and one begun before free() was called; the old free() waited 39+ steps
+    assert after - before <= 2, f"free() waited for {after - before} steps"
