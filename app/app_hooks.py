@@ -18,9 +18,19 @@ def on_server_loaded(server_context) -> None:
         sys.path.insert(0, _ROOT)
     from app.engine_handle import shared_engine
     from app.server_guard import install
+    _log_like_bokeh()
     _quiet_closed_websockets(asyncio.get_event_loop())
     shared_engine().start()
     install(server_context)
+
+
+def _log_like_bokeh() -> None:
+    """`panel serve` sets only the "bokeh" logger to its --log-level (info by default) and leaves the root
+    at WARNING, so the app's own info lines (the periodic [engine] line, pages freeing their sandboxes)
+    would be dropped. Ours follow the same level, through the root handler and format bokeh set up."""
+    level = logging.getLogger("bokeh").getEffectiveLevel()
+    for name in ("app", "widgets"):
+        logging.getLogger(name).setLevel(level)
 
 
 def _quiet_closed_websockets(loop: asyncio.AbstractEventLoop) -> None:

@@ -8,7 +8,8 @@ readers use it at once, and prints JSON.
 
 JSON: widget response times (p50/p99 ms, per kind), errors, the server's memory (RSS) before, at its
 peak during, and after everyone left, the engine's KV blocks in use after everyone left, and the
-engine's steps and tokens served during the run (from the server's /engine.json).
+engine's steps and tokens served during the run (from the server's /engine.json), and how many periodic
+[engine] lines the server's console printed (its log file is named in the JSON).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -95,7 +97,11 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     port = _port()
     env = {**os.environ, **({"LLM_EXPLAINER_RANDOM_WEIGHTS": "1"} if args.random_weights else {})}
-    log = open(ROOT / "artifacts" / "loadtest-server.log", "w") if (ROOT / "artifacts").is_dir() else subprocess.DEVNULL
+    # The server's console goes to a file: the run counts its periodic [engine] lines (what an operator sees).
+    log_path = ROOT / "artifacts" / "loadtest-server.log"
+    if not log_path.parent.is_dir():
+        log_path = Path(tempfile.mkdtemp()) / "loadtest-server.log"
+    log = open(log_path, "w")
     server = subprocess.Popen([sys.executable, "-m", "panel", "serve", "app", "--port", str(port), "--liveness"],
                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://localhost:{port}"
@@ -163,6 +169,10 @@ def main(argv=None) -> dict:
         except subprocess.TimeoutExpired:
             server.kill()
     result["server_exit_code"] = server.returncode
+    log.close()
+    result["server_engine_log_lines"] = sum("[engine]" in line and "sessions" in line
+                                            for line in log_path.read_text(errors="replace").splitlines())
+    result["server_log"] = str(log_path)
     print(json.dumps(result, indent=2))
     return result
 

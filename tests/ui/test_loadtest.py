@@ -17,3 +17,5 @@ def test_a_small_load_test_runs_clean():
     assert result["widget_response_ms"]["websocket_session"]["n"] >= 1
     assert result["kv_blocks_in_use_after"] == 0 and result["engine_alive"]
     assert result["engine_generated_tokens"] > 0 and result["server_exit_code"] == 0
+    # The operator's console shows the engine's periodic line (it was once filtered out by the log level).
+    assert result["server_engine_log_lines"] >= 1, result["server_log"]
