@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from app.content import CONTENT_DIR
+from app.content import CONTENT_DIR, parsed
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,6 +74,10 @@ def _parse(text: str, source: str) -> list[Term]:
     return terms
 
 
+def _read_terms(path: Path) -> tuple[Term, ...]:
+    return tuple(_parse(path.read_text(encoding="utf-8"), path.name))
+
+
 def glossary_sources(content_dir: Path = CONTENT_DIR) -> list[Path]:
     merged = content_dir / "glossary.yaml"
     if merged.exists():
@@ -84,5 +88,5 @@ def glossary_sources(content_dir: Path = CONTENT_DIR) -> list[Path]:
 def load_glossary(content_dir: Path = CONTENT_DIR) -> Glossary:
     terms: list[Term] = []
     for path in glossary_sources(content_dir):
-        terms.extend(_parse(path.read_text(encoding="utf-8"), path.name))
+        terms.extend(parsed(path, _read_terms))
     return Glossary(terms)

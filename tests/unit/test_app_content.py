@@ -71,3 +71,17 @@ def test_toc_lists_21_sections_and_uses_front_matter():
         e = by_slug[c.slug]
         assert e.available and e.minutes == c.minutes and e.title == c.title
     assert {e.part for e in toc} == {1, 2, 3, 4}
+
+
+def test_a_file_is_parsed_once_until_it_changes(tmp_path):
+    from app.content import parsed
+    calls = []
+
+    def parse(path):
+        calls.append(path)
+        return path.read_text()
+    f = tmp_path / "01-demo.md"
+    f.write_text("one")
+    assert parsed(f, parse) == "one" and parsed(f, parse) == "one" and len(calls) == 1
+    f.write_text("two, longer")                      # a writer's edit shows on the next page view
+    assert parsed(f, parse) == "two, longer" and len(calls) == 2
