@@ -96,18 +96,28 @@ class LengthScatter:
                                            "tokens" for i, r in mine]}
 
 
+RUN_COLUMNS = ("run", "max_num_seqs", "budget", "chunked · caching", "tokens/s", "TTFT p50 / p99",
+               "ITL p50 / p99", "preempted · cache hits")
+
+
+def _run_cells(n: int, p: dict) -> list[tuple[str, str, str]]:
+    """(column label, cell html, extra attributes) for one run's row."""
+    k = p["knobs"]
+    values = (n, k["max_num_seqs"],
+              f'{p["budget_used"]:,}{"*" if p["budget_used"] != k["budget"] else ""}',
+              f'{"on" if k["chunked"] else "off"} · {"on" if k["caching"] else "off"}', f'{p["tokens_per_s"]:,.1f}',
+              f'{_ms(p["ttft_p50_ms"])} / {_ms(p["ttft_p99_ms"])}', f'{_ms(p["itl_p50_ms"])} / {_ms(p["itl_p99_ms"])}',
+              f'{p["preemptions"]} · {p["hit_rate"]:.0%}')
+    return [(label, str(v), ' class="sk-tps"' if label == "tokens/s" else "") for label, v in zip(RUN_COLUMNS, values)]
+
+
 def runs_html(runs: list[tuple[int, dict]], others: int) -> str:
     """The runs of the chosen pattern as a table, newest last."""
     if not runs:
-        body = '<tr><td colspan="9" class="placeholder">Press Run: each run adds a row and a point.</td></tr>'
+        body = '<tr><td colspan="8" class="placeholder">Press Run: each run adds a row and a point.</td></tr>'
     else:
-        body = "".join(
-            f'<tr><td>{n}</td><td>{p["knobs"]["max_num_seqs"]}</td><td>{p["budget_used"]:,}'
-            f'{"*" if p["budget_used"] != p["knobs"]["budget"] else ""}</td>'
-            f'<td>{"on" if p["knobs"]["chunked"] else "off"}</td><td>{"on" if p["knobs"]["caching"] else "off"}</td>'
-            f'<td class="sk-tps">{p["tokens_per_s"]:,.1f}</td><td>{_ms(p["ttft_p50_ms"])} / {_ms(p["ttft_p99_ms"])}</td>'
-            f'<td>{_ms(p["itl_p50_ms"])} / {_ms(p["itl_p99_ms"])}</td>'
-            f'<td>{p["preemptions"]} · {p["hit_rate"]:.0%}</td></tr>' for n, p in runs)
+        body = "".join("<tr>" + "".join(f'<td data-label="{label}"{attrs}>{value}</td>'
+                                        for label, value, attrs in _run_cells(n, p)) + "</tr>" for n, p in runs)
     star = any(p["budget_used"] != p["knobs"]["budget"] for _, p in runs)
     notes = []
     if star:
@@ -117,9 +127,10 @@ def runs_html(runs: list[tuple[int, dict]], others: int) -> str:
         notes.append(f"{others} run(s) of other patterns are kept: pick their pattern to see them.")
     sources = "".join(f'<p class="w-small">{label_html(s)}</p>'
                       for s in sorted({p.get("source") or f"measured on {p['device']}" for _, p in runs}))
-    return ('<div class="pd-scroll"><table class="pd-tab sk-tab"><thead><tr><th>run</th><th>max_num_seqs</th>'
-            '<th>budget</th><th>chunked</th><th>caching</th><th>tokens/s</th><th>TTFT p50 / p99</th>'
-            '<th>ITL p50 / p99</th><th>preempted · cache hits</th></tr></thead>'
+    head = "".join(f"<th>{'_<wbr>'.join(label.rsplit('_', 1))}</th>" for label in RUN_COLUMNS)   # headers may wrap
+    # In a narrow window each row becomes a small card of "label: value" lines (widgets.css), so the
+    # table never scrolls sideways.
+    return (f'<div class="pd-scroll sk-runs"><table class="pd-tab sk-tab"><thead><tr>{head}</tr></thead>'
             f'<tbody>{body}</tbody></table></div>'
             + "".join(f'<p class="w-small">{esc(n)}</p>' for n in notes) + sources)
 
