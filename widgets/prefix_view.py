@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from widgets.common import esc, label_html, plural
+from widgets.common import card_table, esc, label_html, plural
 
 LEGEND = ('<p class="pc-legend w-small"><span class="pc-key pc-hit"></span> hit: shared from the cache '
           '<span class="pc-key pc-miss"></span> computed by this request '
@@ -63,10 +63,9 @@ def blocks_html(d: dict) -> str:
 
 def summary_html(d: dict, label: str) -> str:
     """Prefill tokens and TTFT, caching on against off, and the pool after the send."""
-    rows = "".join(
-        f'<tr><td>Q{i}</td><td>{q["prompt_tokens"]:,}</td><td>{q["cached"]:,}</td><td>{q["computed"]:,}</td>'
-        f'<td class="pc-ttft-on">{_ms(q["ttft_on_ms"])}</td><td class="pc-ttft-off">{_ms(q["ttft_off_ms"])}</td></tr>'
-        for i, q in enumerate(d["requests"], 1))
+    rows = [[f"Q{i}", f'{q["prompt_tokens"]:,}', f'{q["cached"]:,}', f'{q["computed"]:,}',
+             (_ms(q["ttft_on_ms"]), "pc-ttft-on"), (_ms(q["ttft_off_ms"]), "pc-ttft-off")]
+            for i, q in enumerate(d["requests"], 1)]
     later = d["requests"][1:]
     if later:
         on, off = median(q["ttft_on_ms"] for q in later), median(q["ttft_off_ms"] for q in later)
@@ -83,9 +82,8 @@ def summary_html(d: dict, label: str) -> str:
     return (f'<p class="pc-totals">Prefill computed <b class="pc-prefill-on">{d["prefill_on"]:,} tokens</b> with '
             f'prefix caching and <b class="pc-prefill-off">{d["prefill_off"]:,}</b> without; '
             f'{plural(d["blocks_shared"], "block")} shared instead of computed. {ttft}{edit}</p>'
-            '<div class="pd-scroll"><table class="pd-tab pc-tab"><thead><tr><th>request</th><th>prompt tokens</th>'
-            '<th>from the cache</th><th>computed</th><th>TTFT, caching on</th><th>TTFT, off</th></tr></thead>'
-            f'<tbody>{rows}</tbody></table></div>'
+            + card_table(("request", "prompt tokens", "from the cache", "computed", "TTFT, caching on", "TTFT, off"),
+                         rows, "pc-tab") +
             f'<p class="w-small">{label_html(label)} · After the send every request has finished: '
             f'{d["free_after_on"]} of {d["pool_blocks"]} blocks are free, and {d["cached_after_on"]} of them still '
             "hold cached K/V for the next send (a free block is reused, least recently used first, only when "

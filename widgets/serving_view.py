@@ -9,7 +9,7 @@ and the runs as a table. Each point is numbered like its row in the table; hover
 """
 from __future__ import annotations
 
-from widgets.common import MARKERS, PALETTE, esc, is_dark, label_html, style_figure, themed_figure
+from widgets.common import MARKERS, PALETTE, card_table, esc, is_dark, label_html, style_figure, themed_figure
 from widgets.serving_runs import frontier
 
 KINDS = {"chatbot": ("chat", PALETTE[0]), "summarization": ("summarization", PALETTE[1]),
@@ -100,24 +100,16 @@ RUN_COLUMNS = ("run", "max_num_seqs", "budget", "chunked · caching", "tokens/s"
                "ITL p50 / p99", "preempted · cache hits")
 
 
-def _run_cells(n: int, p: dict) -> list[tuple[str, str, str]]:
-    """(column label, cell html, extra attributes) for one run's row."""
+def _run_cells(n: int, p: dict) -> list:
     k = p["knobs"]
-    values = (n, k["max_num_seqs"],
-              f'{p["budget_used"]:,}{"*" if p["budget_used"] != k["budget"] else ""}',
-              f'{"on" if k["chunked"] else "off"} · {"on" if k["caching"] else "off"}', f'{p["tokens_per_s"]:,.1f}',
-              f'{_ms(p["ttft_p50_ms"])} / {_ms(p["ttft_p99_ms"])}', f'{_ms(p["itl_p50_ms"])} / {_ms(p["itl_p99_ms"])}',
-              f'{p["preemptions"]} · {p["hit_rate"]:.0%}')
-    return [(label, str(v), ' class="sk-tps"' if label == "tokens/s" else "") for label, v in zip(RUN_COLUMNS, values)]
+    return [n, k["max_num_seqs"], f'{p["budget_used"]:,}{"*" if p["budget_used"] != k["budget"] else ""}',
+            f'{"on" if k["chunked"] else "off"} · {"on" if k["caching"] else "off"}', (f'{p["tokens_per_s"]:,.1f}', "sk-tps"),
+            f'{_ms(p["ttft_p50_ms"])} / {_ms(p["ttft_p99_ms"])}', f'{_ms(p["itl_p50_ms"])} / {_ms(p["itl_p99_ms"])}',
+            f'{p["preemptions"]} · {p["hit_rate"]:.0%}']
 
 
 def runs_html(runs: list[tuple[int, dict]], others: int) -> str:
     """The runs of the chosen pattern as a table, newest last."""
-    if not runs:
-        body = '<tr><td colspan="8" class="placeholder">Press Run: each run adds a row and a point.</td></tr>'
-    else:
-        body = "".join("<tr>" + "".join(f'<td data-label="{label}"{attrs}>{value}</td>'
-                                        for label, value, attrs in _run_cells(n, p)) + "</tr>" for n, p in runs)
     star = any(p["budget_used"] != p["knobs"]["budget"] for _, p in runs)
     notes = []
     if star:
@@ -127,12 +119,9 @@ def runs_html(runs: list[tuple[int, dict]], others: int) -> str:
         notes.append(f"{others} run(s) of other patterns are kept: pick their pattern to see them.")
     sources = "".join(f'<p class="w-small">{label_html(s)}</p>'
                       for s in sorted({p.get("source") or f"measured on {p['device']}" for _, p in runs}))
-    head = "".join(f"<th>{'_<wbr>'.join(label.rsplit('_', 1))}</th>" for label in RUN_COLUMNS)   # headers may wrap
-    # In a narrow window each row becomes a small card of "label: value" lines (widgets.css), so the
-    # table never scrolls sideways.
-    return (f'<div class="pd-scroll sk-runs"><table class="pd-tab sk-tab"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{body}</tbody></table></div>'
-            + "".join(f'<p class="w-small">{esc(n)}</p>' for n in notes) + sources)
+    table = card_table(RUN_COLUMNS, [_run_cells(n, p) for n, p in runs], "sk-tab",
+                       empty="Press Run: each run adds a row and a point.")
+    return table + "".join(f'<p class="w-small">{esc(n)}</p>' for n in notes) + sources
 
 
 def progress_html(p: dict | None) -> str:

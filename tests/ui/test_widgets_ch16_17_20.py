@@ -116,12 +116,13 @@ def test_a_page_closed_mid_run_frees_its_private_engine(browser, server, app_pag
                                         ("?chapter=chunked-prefill", "chunked-prefill"),
                                         ("?chapter=throughput-vs-latency", "serving-knobs")])
 def test_screenshots(browser, server, app_page_class, query, name):
-    def runs_table_fits(page):
+    def tables_fit(page):
         # The page never scrolls sideways (checked by widget_screenshots); the runs table must not
         # either, inside its own box: its headers wrap, and in a phone-width window its rows become cards.
-        if name == "serving-knobs":
-            wait_text(page, f"{SK} .sk-table", "recorded on")
-            box = page.locator(f"{SK} .sk-table .pd-scroll")
+        tables = {"serving-knobs": f"{SK} .sk-table", "prefix-cache": f"{PC} .pc-summary"}
+        if name in tables:
+            wait_text(page, tables[name], "recorded on")
+            box = page.locator(f"{tables[name]} .w-cards")
             assert box.evaluate("el => el.scrollWidth - el.clientWidth") <= 1
-    shots = widget_screenshots(browser, server, app_page_class, query, name, prepare=runs_table_fits)
+    shots = widget_screenshots(browser, server, app_page_class, query, name, prepare=tables_fit)
     assert len(shots) == 4 and all(p.stat().st_size > 10_000 for p in shots)

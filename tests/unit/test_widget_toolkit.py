@@ -202,3 +202,14 @@ def test_generate_counts_what_the_engine_did(llm):
     p = again.passes
     assert p.cached_prompt_tokens >= 16 and p.prompt_tokens == first.passes.prompt_tokens
     assert f"{sum(p.chunks)} of {p.prompt_tokens} tokens computed" in describe(p)[0]
+
+
+def test_card_table_labels_every_cell_for_the_phone_layout():
+    from widgets.common import card_table
+    html = card_table(("run", "max_num_seqs", "TTFT <p50>"), [[1, "4", ("9 ms", "x-ttft")]], "t")
+    assert '<th>max_num_<wbr>seqs</th>' in html and "&lt;p50&gt;" in html and "<p50>" not in html
+    assert '<td data-label="max_num_seqs">4</td>' in html
+    assert '<td data-label="TTFT &lt;p50&gt;" class="x-ttft">9 ms</td>' in html
+    assert 'class="pd-scroll w-cards"' in html                     # the container the CSS turns into cards
+    empty = card_table(("a", "b"), [], empty="Press Run")
+    assert '<td colspan="2" class="placeholder">Press Run</td>' in empty

@@ -7,6 +7,7 @@
     labels    measured, recorded, modelled, label_html    where each number comes from
     theme     html_pane, stylesheets, themed_figure, PALETTE, is_dark    looks, light and dark
     text      esc, clip, clamp, show_token                reader input is text; limits with a note
+              card_table                                  a table whose rows become cards on a phone
     sentence  reader_sentence, SENTENCE_SOURCE            the reader's sentence carried in the URL
     sandboxes sandbox, page_sandboxes     private engines owned by the page: freed when it closes, bounded
     passes    request_passes, describe    one request's forward passes from the engine's step trace
@@ -22,10 +23,10 @@ from widgets.common.registry import register
 from widgets.common.sandboxes import page_sandboxes, sandbox
 from widgets.common.sentence import SENTENCE_SOURCE, reader_sentence
 from widgets.common.stepper import Stepper
-from widgets.common.text import clamp, clip, esc, plural, show_token
+from widgets.common.text import card_table, clamp, clip, esc, plural, show_token
 from widgets.common.theme import MARKERS, PALETTE, html_pane, is_dark, stylesheets, style_figure, themed_figure
 
 __all__ = ["Example", "example", "load_example", "EngineGate", "watch_engine", "Cancelled", "Job", "JobRunner",
            "label_html", "measured", "modelled", "recorded", "RequestPasses", "describe", "request_passes",
-           "register", "sandbox", "page_sandboxes", "SENTENCE_SOURCE", "reader_sentence", "Stepper", "clamp", "clip", "esc", "plural", "show_token",
+           "register", "sandbox", "page_sandboxes", "SENTENCE_SOURCE", "reader_sentence", "Stepper", "card_table", "clamp", "clip", "esc", "plural", "show_token",
            "MARKERS", "PALETTE", "html_pane", "is_dark", "stylesheets", "style_figure", "themed_figure"]

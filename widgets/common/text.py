@@ -55,3 +55,24 @@ def show_token(piece: str) -> str:
 def plural(n: int, one: str, many: str | None = None) -> str:
     """"1 token", "3 tokens", "12,345 tokens"."""
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def card_table(columns: tuple[str, ...] | list[str], rows: list[list], table_class: str = "",
+               empty: str = "") -> str:
+    """A table of runs or requests that never scrolls sideways: in a column narrower than a phone's
+    (widgets.css, ``.w-cards``) each row becomes a card of "label: value" lines.
+
+    ``columns`` are plain-text labels; a cell is HTML, or ``(html, css class)``; ``empty`` is the one row
+    shown when there are none."""
+    def cell(label: str, value) -> str:
+        markup, cls = value if isinstance(value, tuple) else (value, "")
+        return f'<td data-label="{esc(label)}"' + (f' class="{cls}"' if cls else "") + f">{markup}</td>"
+
+    # a long snake_case header may break after its last underscore
+    head = "".join(f"<th>{'_<wbr>'.join(esc(label).rsplit('_', 1))}</th>" for label in columns)
+    if rows:
+        body = "".join("<tr>" + "".join(cell(label, v) for label, v in zip(columns, row)) + "</tr>" for row in rows)
+    else:
+        body = f'<tr><td colspan="{len(columns)}" class="placeholder">{empty}</td></tr>'
+    return (f'<div class="pd-scroll w-cards"><table class="pd-tab {table_class}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
