@@ -108,10 +108,10 @@ def _read_chapter(path: Path) -> Chapter:
 
 
 def list_chapters(content_dir: Path = CONTENT_DIR, strict: bool = False) -> list[Chapter]:
-    """Every chapter file present now, in book order. Writers add files while the server runs,
-    so this is listed per page view (a file is parsed again only once it changed). With ``strict=False`` (the server) a file
-    with broken front matter is skipped and logged, so one bad file cannot take the site down;
-    the tests call it with ``strict=True`` so the bad file fails CI instead."""
+    """Every chapter file present now, in book order. Writers add files while the server runs, so the
+    folder is listed per page view (a file is parsed again only once it changed). With ``strict=False``
+    (the server) a file with broken front matter is skipped and logged, so one bad file cannot take the
+    site down; the tests call it with ``strict=True`` so the bad file fails CI instead."""
     chapters = []
     for p in sorted(content_dir.glob("[0-9][0-9]-*.md")):
         if not FILE_RE.match(p.name):
