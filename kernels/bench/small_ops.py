@@ -26,6 +26,7 @@ import time
 import torch
 
 from .. import reference_small_ops as reference
+from .timing import capture, replay_ms
 
 HIDDEN, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, INTERMEDIATE, EPS = 576, 9, 3, 64, 1536, 1e-5
 NUM_LAYERS = 30
@@ -79,25 +80,9 @@ def eager_us(fn, calls: int) -> float:
 
 def graph_us(fn, reps: int = 50, rounds: int = 7) -> float:
     """Median GPU time per call, `reps` calls captured in one CUDA graph and replayed `rounds` times."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    graph.replay()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times) / reps * 1e3
+    graph = capture(fn, reps)
+    graph.replay()                      # the first replay uploads the graph
+    return statistics.median(replay_ms(graph) for _ in range(rounds)) / reps * 1e3
 
 
 def launches(fn) -> int | None:

@@ -27,7 +27,7 @@ def warm_gpu(seconds: float = 0.5) -> None:
         torch.cuda.synchronize()
 
 
-def _capture(body, reps: int) -> torch.cuda.CUDAGraph:
+def capture(body, reps: int) -> torch.cuda.CUDAGraph:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # compile and allocate outside the capture
@@ -40,7 +40,7 @@ def _capture(body, reps: int) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def _replay_ms(graph: torch.cuda.CUDAGraph) -> float:
+def replay_ms(graph: torch.cuda.CUDAGraph) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     graph.replay()
@@ -57,13 +57,13 @@ def gpu_time_us(fn, *, reps: int = 20, rounds: int = 9) -> float:
         flush.zero_()
         fn()
 
-    only_flush = _capture(flush.zero_, reps)
-    with_fn = _capture(flush_then_fn, reps)
+    only_flush = capture(flush.zero_, reps)
+    with_fn = capture(flush_then_fn, reps)
     only_flush.replay(), with_fn.replay()  # first replays upload the graphs
     base, total = [], []
     for _ in range(rounds):  # interleaved, so clock drift hits both alike
-        base.append(_replay_ms(only_flush))
-        total.append(_replay_ms(with_fn))
+        base.append(replay_ms(only_flush))
+        total.append(replay_ms(with_fn))
     return max(0.0, statistics.median(total) - statistics.median(base)) / reps * 1e3
 
 
