@@ -26,25 +26,16 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import statistics
 import sys
-import time
+
+from widgets.common.timing import timed
 
 LIGHT_TARGET_MS = 300
 TOKENIZER_TARGET_MS = 50
 
 
 def _time(fn, repeat: int) -> dict:
-    for _ in range(2):
-        fn()
-    runs = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        runs.append((time.perf_counter() - t0) * 1000)
-    runs.sort()
-    return {"median_ms": round(statistics.median(runs), 3), "p90_ms": round(runs[int(0.9 * (len(runs) - 1))], 3),
-            "runs": repeat}
+    return {**timed(fn, repeat, warmup=2), "runs": repeat}
 
 
 def text_of(length: int) -> str:

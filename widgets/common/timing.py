@@ -32,8 +32,8 @@ def median_ms(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> dic
     return {"median_ms": round(statistics.median(runs), 2), "max_ms": round(runs[-1], 2), "runs": repeat}
 
 
-def timed(fn: Callable[[], object], repeats: int = 7) -> dict:
-    """Median and 90th percentile of ``repeats`` calls of ``fn``, in milliseconds (no warm-up: call
-    ``fn`` once yourself if its first run does one-off work)."""
-    runs = _runs_ms(fn, repeats, 0)
+def timed(fn: Callable[[], object], repeats: int = 7, warmup: int = 0) -> dict:
+    """Median and 90th percentile of ``repeats`` calls of ``fn``, in milliseconds, after ``warmup``
+    untimed calls (give one if its first run does one-off work)."""
+    runs = _runs_ms(fn, repeats, warmup)
     return {"median_ms": round(statistics.median(runs), 2), "p90_ms": round(runs[int(0.9 * (len(runs) - 1))], 2)}
