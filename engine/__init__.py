@@ -4,7 +4,7 @@ from .bench.serve_sim import PATTERNS, ServeRun, SimRequest, make_workload, serv
 from .bench.serve_sim import PATTERNS as SERVING_PATTERNS
 from .config import EngineConfig, ModelConfig
 from .core.step_trace import ScheduledEntry, StepRecord
-from .engine_loop import LoopStats
+from .engine_loop import EngineClosed, LoopStats
 from .distributed import ParallelStep, ideal_bubble, parallel_layout, tensor_parallel_sizes
 from .llm import LLM
 from .loader.tokenizer import gpt2_tokenizer
@@ -21,4 +21,4 @@ __all__ = ["LLM", "SamplingParams", "EngineConfig", "ModelConfig", "RequestOutpu
            "SERVING_PATTERNS", "workload_lengths",
            "ParallelStep", "ideal_bubble", "parallel_layout", "tensor_parallel_sizes",
            "SpeculativeConfig", "SpecDecodeStats", "expected_tokens_per_pass", "expected_speedup",
-           "PATTERNS", "SimRequest", "ServeRun", "make_workload", "serve_workload", "SandboxFreed"]
+           "PATTERNS", "SimRequest", "ServeRun", "make_workload", "serve_workload", "SandboxFreed", "EngineClosed"]

