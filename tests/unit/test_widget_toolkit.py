@@ -88,6 +88,26 @@ def test_errors_become_one_line_for_the_reader():
     assert error_message(ValueError("x" * 500 + "\nsecond line")).endswith("…")
 
 
+@pytest.mark.parametrize("ended", ["page closed", "sandbox freed", "engine closed"])
+def test_work_ended_by_the_page_or_server_going_away_is_not_an_error(ended, caplog):
+    """A job stopped because its page closed (before or after it made a private engine) or because the
+    server is stopping ends quietly: no error line for the reader, no traceback in the log."""
+    from engine import EngineClosed, SandboxFreed
+    from widgets.common.sandboxes import PageClosed
+    exc = {"page closed": PageClosed, "sandbox freed": SandboxFreed, "engine closed": EngineClosed}[ended]
+
+    def work(job):
+        raise exc("gone")
+    errors, done = [], []
+    runner = JobRunner()
+    with caplog.at_level("DEBUG", logger="widgets.common.jobs"):
+        runner.submit(work, done.append, on_error=errors.append)
+        assert runner.wait_idle(5) and not runner.busy
+    assert errors == [] and done == []
+    assert not [r for r in caplog.records if r.levelno >= 30 or r.exc_info], caplog.text
+    assert "gone" in caplog.text                  # still one debug line, for whoever looks
+
+
 def test_progress_posts_reach_the_page_in_order():
     seen = []
     runner = JobRunner()
@@ -160,6 +180,12 @@ def test_rounded_and_same():
     assert same({"x": [1.0, 2]}, {"x": [1.0004, 2]}) == []
     assert same({"x": [1.0, 2]}, {"x": [1.1, 2]}) == ["/x[0]: saved 1.0, fresh 1.1"]
     assert same({"t": 1, "k": 2}, {"t": 9, "k": 2}, ignore={"t"}) == []
+    # display text: a rounded number may land one unit of its last digit away; ids and words may not
+    assert same(["#247 (+0.62)", "2.6 → 3.5", "31%"], ["#247 (+0.61)", "2.6 → 3.4", "30%"]) == []
+    assert same(["#247 (+0.62)"], ["#248 (+0.62)"]) and same(["0.108"], ["0.110"]) and same(["a 1.0"], ["b 1.0"])
+    # a rank far down the vocabulary within max(2, 1%); any other integer exactly
+    assert same({"rank": 3000, "n": 5}, {"rank": 3029, "n": 5}, ranks={"rank"}) == []
+    assert same({"rank": 30}, {"rank": 33}, ranks={"rank"}) and same({"n": 3000}, {"n": 3001})
 
 
 def test_reader_sentence_outside_a_session_is_the_default():
