@@ -41,7 +41,9 @@ def test_shaped_distribution_and_draws_are_the_engines(llm, logits, kw):
     params = SamplingParams(**kw)
     s = shape(llm, logits, params, n=200, seed=0)
     probs = sampling_probs(logits, params)
-    assert probs.sum().item() == pytest.approx(1.0, abs=1e-5)
+    # a float32 softmax over V terms: its normaliser is a float32 sum, whose rounding error is bounded by
+    # V * eps relative (recursive summation); CPUs with other vector widths land anywhere inside that
+    assert probs.double().sum().item() == pytest.approx(1.0, abs=probs.numel() * torch.finfo(torch.float32).eps)
     assert s.p_shaped == probs[s.ids].tolist() and s.survivors == int((probs > 0).sum())
     # draw #k of seed s: the engine's own sampler, given a fresh generator with seed s, picks the same
     seeds = range(60)
