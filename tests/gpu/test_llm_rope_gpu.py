@@ -9,24 +9,25 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 @pytest.fixture(scope="module")
-def llm():
+def random_llm():
+    """SmolLM2's shapes with random values (mechanics only; the real model is the `llm` fixture)."""
     from engine import LLM
-    llm = LLM(random_weights=True, device="cuda")
-    yield llm
-    llm.close()
+    random_llm = LLM(random_weights=True, device="cuda")
+    yield random_llm
+    random_llm.close()
 
 
-def test_llm_rope_is_attentions_rotation_on_the_gpu(llm):
-    ins = llm.inspect("the quick brown fox jumps over the lazy dog")     # tensors come back on the CPU
+def test_llm_rope_is_attentions_rotation_on_the_gpu(random_llm):
+    ins = random_llm.inspect("the quick brown fox jumps over the lazy dog")     # tensors come back on the CPU
     T, layer = len(ins.token_ids), 3
-    block = llm.model.layers[layer]
+    block = random_llm.model.layers[layer]
     with torch.inference_mode():
-        h = ins.hidden_states[layer].to("cuda", llm.dtype)
-        raw = block.attention.wq(block.attention_norm(h)).view(T, llm.config.num_heads, -1)
-    on_gpu = llm.rope(raw, torch.arange(T, device="cuda"))
+        h = ins.hidden_states[layer].to("cuda", random_llm.dtype)
+        raw = block.attention.wq(block.attention_norm(h)).view(T, random_llm.config.num_heads, -1)
+    on_gpu = random_llm.rope(raw, torch.arange(T, device="cuda"))
     assert on_gpu.device.type == "cuda"
     # bf16 on both sides: compare as the model rounds (a few units in the last place of bf16).
     torch.testing.assert_close(on_gpu.float().cpu(), ins.q[layer], atol=2e-2, rtol=2e-2)
-    cpu = llm.rope(raw.float().cpu(), torch.arange(T))                  # CPU input, CPU output
+    cpu = random_llm.rope(raw.float().cpu(), torch.arange(T))                  # CPU input, CPU output
     assert cpu.device.type == "cpu"
     torch.testing.assert_close(cpu, on_gpu.float().cpu(), atol=2e-2, rtol=2e-2)

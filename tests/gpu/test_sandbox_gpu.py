@@ -12,28 +12,29 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 
 @pytest.fixture(scope="module")
-def llm():
-    llm = LLM(random_weights=True, device="cuda", max_num_seqs=8, enforce_eager=True)   # sandboxes run eagerly
-    yield llm
-    llm.close()
+def random_llm():
+    """SmolLM2's shapes with random values (mechanics only; the real model is the `llm` fixture)."""
+    random_llm = LLM(random_weights=True, device="cuda", max_num_seqs=8, enforce_eager=True)   # sandboxes run eagerly
+    yield random_llm
+    random_llm.close()
 
 
-def test_sandbox_on_gpu_shares_weights_and_matches_the_shared_engine(llm):
+def test_sandbox_on_gpu_shares_weights_and_matches_the_shared_engine(random_llm):
     params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
     ids = list(range(3, 40))
-    box = llm.sandbox(num_kv_blocks=8, max_num_seqs=1, enable_prefix_caching=False)
-    assert box.model.embed.weight.data_ptr() == llm.model.embed.weight.data_ptr()
+    box = random_llm.sandbox(num_kv_blocks=8, max_num_seqs=1, enable_prefix_caching=False)
+    assert box.model.embed.weight.data_ptr() == random_llm.model.embed.weight.data_ptr()
     assert box.kv_cache.layer(0)[0].is_cuda and box.kv_cache.layer(0)[0].dtype == torch.bfloat16
     box.add_request("mine", ids, params)
     tokens = []
     while box.has_unfinished():
         tokens += [e.token_id for e in box.step()]
-    assert tokens == [e.token_id for e in llm.stream(ids, params)]
+    assert tokens == [e.token_id for e in random_llm.stream(ids, params)]
     assert box.num_free_blocks() == 8
 
 
-def test_each_tokens_kv_sits_where_the_block_table_says(llm):
-    box = llm.sandbox(num_kv_blocks=8, max_num_seqs=1, block_size=16, enable_prefix_caching=False)
+def test_each_tokens_kv_sits_where_the_block_table_says(random_llm):
+    box = random_llm.sandbox(num_kv_blocks=8, max_num_seqs=1, block_size=16, enable_prefix_caching=False)
     ids = list(range(5, 40))                                     # 35 tokens: three blocks
     box.add_request("r", ids, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
     box.step()
@@ -43,5 +44,5 @@ def test_each_tokens_kv_sits_where_the_block_table_says(llm):
     assert all(w.abs().sum() > 0 for w in written)               # every slot the table names was written
     unused = k_cache[table[-1], len(ids) % bs:]
     assert unused.abs().sum() == 0                                # and nothing past the last token
-    per_token = 2 * llm.config.num_layers * k_cache.shape[-2] * k_cache.shape[-1] * k_cache.element_size()
-    assert per_token == llm.config.kv_bytes_per_token(2)         # bf16: what chapter 12's table counts
+    per_token = 2 * random_llm.config.num_layers * k_cache.shape[-2] * k_cache.shape[-1] * k_cache.element_size()
+    assert per_token == random_llm.config.kv_bytes_per_token(2)         # bf16: what chapter 12's table counts

@@ -48,6 +48,7 @@ def test_bad_sampling_params_are_refused(bad):
         SamplingParams(**bad)
 
 
+@pytest.mark.slow                  # the command loads the real model in its own process
 def test_cli_generate_streams_the_answer():
     proc = subprocess.run([sys.executable, "-m", "engine", "generate", "What is the capital of France?"],
                           capture_output=True, text=True, timeout=300, env=os.environ)
@@ -55,6 +56,7 @@ def test_cli_generate_streams_the_answer():
     assert "Paris" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_info_reports_shapes_and_kv_bytes():
     proc = subprocess.run([sys.executable, "-m", "engine", "info", "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
