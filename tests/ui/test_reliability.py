@@ -84,7 +84,7 @@ def test_a_closed_tab_aborts_its_request(own_server, browser, app_page_class):
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     app = app_page_class(ctx.new_page(), base + "/app")
     page = app.open("?chapter=what-is-an-llm")
-    generated_before = engine(base)["generated"]
+    generated_before = wait_engine(base, lambda n: n["status"] == "ready", 120)["generated"]
     start_generation(page, tokens=128)
     n = wait_engine(base, lambda n: n.get("running", 0) >= 1 and n["generated"] >= generated_before + 3, 120)
     assert n["running"] == 1 and n["kv_blocks_used"] > 0
