@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import time
 
 from tornado.httpserver import HTTPServer
@@ -29,7 +30,7 @@ log = logging.getLogger("app.server")
 
 MAX_URI_BYTES = 16 * 1024          # the app's own links are a few hundred bytes; ?sentence= is capped at 1,000
 READ_LIMIT_BYTES = 1024 * 1024     # what Tornado may read of a request's head before it gives up silently
-LOG_EVERY_S = 10
+LOG_EVERY_S = float(os.environ.get("LLM_EXPLAINER_LOG_EVERY_S", "10"))    # the console's [engine] line
 
 
 class _LongURI(Matcher):
@@ -86,7 +87,7 @@ def install(server_context) -> None:
         elif isinstance(obj, Application) and hasattr(obj, "_applications"):     # Bokeh's Tornado app
             obj.default_router.rules[:0] = [Rule(_LongURI(), _TooLong),
                                             Rule(PathMatches(r"/engine\.json"), _EngineJSON)]
-    PeriodicCallback(_EngineLog(server_context), LOG_EVERY_S * 1000).start()
+    PeriodicCallback(_EngineLog(server_context), max(LOG_EVERY_S, 0.5) * 1000).start()
 
 
 class _EngineLog:

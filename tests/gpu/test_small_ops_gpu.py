@@ -44,7 +44,7 @@ def test_dispatch_runs_the_small_ops_in_triton_on_cuda(monkeypatch):
     monkeypatch.delenv("KERNELS_BACKEND", raising=False)
     x, w = randn(4, 576, dtype=torch.bfloat16), randn(576, dtype=torch.bfloat16)
     assert kernels.backend_for(x.device) == "triton"
-    assert_matches(kernels.rms_norm(x, w, 1e-5, x)[0], ref.rms_norm(x, w, 1e-5, x)[0])
+    assert_matches(kernels.rms_norm(x, w, 1e-5, x)[0], ref.rms_norm(x, w, 1e-5, x)[0], max_ulps=2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -94,7 +94,7 @@ def test_rope_reads_views_of_one_fused_qkv(dtype):
     q, k = qkv[:, : H * D].view(T, H, D), qkv[:, H * D: (H + KV) * D].view(T, KV, D)
     cos, sin = cos_sin(torch.arange(1000, 1000 + T, device="cuda"), D, 100000.0)
     for got, want in zip(kernels.rope_triton(q, k, cos, sin), ref.rope(q, k, cos, sin)):
-        assert_matches(got, want)
+        assert_matches(got, want, atol=1e-5)            # x*cos - y*sin cancels: as in the test above
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -111,7 +111,7 @@ def test_swiglu_matches_reference(dtype, tokens, width):
 def test_swiglu_on_the_halves_of_a_fused_gate_up():
     gate_up = randn(129, 2 * 1536, dtype=torch.bfloat16, seed=8, scale=3.0)
     gate, up = gate_up[:, :1536], gate_up[:, 1536:]
-    assert_matches(kernels.swiglu_triton(gate, up), ref.swiglu(gate, up))
+    assert_matches(kernels.swiglu_triton(gate, up), ref.swiglu(gate, up), max_ulps=2)
 
 
 def test_small_ops_replay_in_a_cuda_graph_with_new_inputs():
@@ -141,5 +141,7 @@ def test_small_ops_replay_in_a_cuda_graph_with_new_inputs():
         cos.copy_(cos_new), sin.copy_(sin_new)
         graph.replay()
         want = (*ref.rms_norm(x, w, 1e-5, res), *ref.rope(q, k, cos, sin), ref.swiglu(gate, up))
-        for got, expected in zip(outs, want):
-            assert_matches(got, expected)
+        # normed and swiglu round twice; the rotation cancels (see ulps.py)
+        rules = [dict(max_ulps=2), {}, dict(atol=1e-5), dict(atol=1e-5), dict(max_ulps=2)]
+        for got, expected, rule in zip(outs, want, rules):
+            assert_matches(got, expected, **rule)

@@ -80,7 +80,16 @@ def test_batching_timeline_runs_both_schedulers_and_draws_the_trace(app):
 def test_batching_timeline_stops(app):
     page = app.open("?chapter=continuous-batching")
     wait_live(page, "batching-timeline")
-    page.locator(f"{BT} .bt-run button").click()                      # the chapter's eight requests
+    # A run long by construction, so Stop lands while it goes on even on a fast machine: eight of the
+    # longest requests in the least KV memory (preempted and recomputed over and over) take both schedulers
+    # to their cap of 400 steps each (~40 s on two CPU cores); Stop is pressed as the first steps show.
+    box = page.locator(f"{BT} .bt-lengths input")
+    box.fill(", ".join(["128→64"] * 8))
+    box.press("Enter")
+    handle = page.locator(f"{BT} .bt-blocks .noUi-handle")
+    handle.focus()
+    handle.press("Home")                                              # raised to the fewest that hold one
+    page.locator(f"{BT} .bt-run button").click()
     page.locator(f'{BT} .w-status[data-state="busy"]').wait_for()
     wait_text(page, f"{BT} .bt-compare-pane", "running…", timeout_ms=120_000)
     page.locator(f"{BT} .bt-run button", has_text="Stop").click()

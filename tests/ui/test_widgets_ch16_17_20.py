@@ -78,6 +78,10 @@ def test_serving_knobs_run_hover_and_stop(app):
     hover_point(page, pts[0], "max_num_seqs 16")
     page.locator(f"{SK} .sk-pattern select").select_option("code generation")
     wait_text(page, f"{SK} .sk-table", "1 run(s) of other patterns")
+    # Long by construction, so Stop lands while it goes on even on a fast machine: code generation one
+    # request at a time is ~900 steps (the closed-page test below relies on it outlasting 15-30 s).
+    page.locator(f"{SK} .sk-seqs .noUi-handle").focus()
+    page.keyboard.press("Home")                                         # max_num_seqs 1
     page.locator(f"{SK} .sk-run button").click()                         # a long run, stopped at once
     page.locator(f"{SK} .sk-run button", has_text="Stop").click()
     wait_text(page, f"{SK} .sk-progress", "Stopped")

@@ -65,7 +65,7 @@ def test_engine_mode_steps_the_real_engine(app):
 def test_simulator_mode_plays_rounds(app):
     page = open_widget(app)
     page.locator(f"{W} .sd-mode button", has_text="simulator").click()
-    expect(page.locator(f"{W} .sd-one button")).to_be_visible()
+    expect(page.locator(f"{W} .sd-one button")).to_be_visible(timeout=30_000)    # the server redraws the mode
     wait_text(page, f"{W} .sd-sim-numbers", "3.362")                      # a = 0.8, k = 4 before any round
     page.locator(f"{W} .sd-one button").click()
     wait_text(page, f"{W} .sd-rounds", "1")

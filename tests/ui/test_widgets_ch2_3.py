@@ -5,6 +5,7 @@ sentence to the next chapter in the URL; screenshots of them and of chapter 1's 
 from __future__ import annotations
 
 import re
+import time
 
 import sys
 from pathlib import Path
@@ -113,7 +114,8 @@ def test_embeddings_compare_neighbours_map_and_escaping(app):
     page.locator(f"{EMB} .emb-map-pane").scroll_into_view_if_needed()
     page.wait_for_function("(xss) => Object.values(Bokeh.index).length > 0", arg=XSS)
     expect_point = None
-    for _ in range(50):                   # the map follows the input a moment later: wait for the new point
+    deadline = time.monotonic() + 60      # the map follows the input once the server's job is done
+    while time.monotonic() < deadline:
         points = bokeh_points(page)
         expect_point = next((p for p in points if p.get("word") == XSS), None)
         if expect_point:

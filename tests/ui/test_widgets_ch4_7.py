@@ -65,12 +65,15 @@ def test_rope_positions_keep_the_score_when_the_distance_stays(app):
     m_box.fill("40")
     m_box.press("Enter")
     wait_text(page, f"{ROPE} .rope-score", "m − n = 37")
-    score = deep_text(page, f"{ROPE} .rope-value")
+    score = float(deep_text(page, f"{ROPE} .rope-value"))
     page.locator(f"{ROPE} .rope-together input").check()
     m_box.fill("1040")
     m_box.press("Enter")
     wait_text(page, f"{ROPE} .rope-score", "m = 1,040, n = 1,003")
-    assert deep_text(page, f"{ROPE} .rope-value") == score             # same distance, same score
+    # Same distance, same score. Float32 angles at positions near 1,000 may move the score by up to ~1.3e-3
+    # (test_widget_rope.py's bound, worked out for m + n = 2,043), and each is shown rounded to 0.001: the two
+    # shown values are at most two units of the last digit apart; a position bug moves the score by units.
+    assert abs(float(deep_text(page, f"{ROPE} .rope-value")) - score) <= 0.002 + 1e-9
     m_box.fill("99999")                                                # past the window: clamped, said
     m_box.press("Enter")
     wait_text(page, f"{ROPE} .rope-notes", "using 8191, not 99,999")

@@ -4,6 +4,7 @@ A fake engine keeps it instant and deterministic; test_widget_toolkit.py runs th
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -85,7 +86,7 @@ class FakeHandle:
 
 def _run(w: GenerateWidget):
     w._on_click()
-    assert w._runner.wait_idle(5)
+    assert w._runner.wait_idle(30)
 
 
 def test_registry_builds_generate_from_directive_args():
@@ -148,7 +149,7 @@ def test_stop_keeps_the_partial_reply_and_closes_the_stream():
         def stream(self, prompt, params, chat=False):
             for i, ev in enumerate(super().stream(prompt, params, chat)):
                 if i == 2:
-                    gate.wait(5)
+                    gate.wait(30)
                 yield ev
 
     llm = SlowLLM(["a"] * 50)
@@ -156,29 +157,30 @@ def test_stop_keeps_the_partial_reply_and_closes_the_stream():
     w._on_click()
     w._on_click()                          # the button reads "Stop" while it runs
     gate.set()
-    assert w._runner.wait_idle(5) and llm.closed
+    assert w._runner.wait_idle(30) and llm.closed
     assert "stopped early" in w._stats.object and w._output.object.count('class="tok"') < 50
 
 
 def test_leaving_the_page_mid_reply_stops_the_stream_and_shows_nothing_more():
-    gate = threading.Event()
+    gate, reached = threading.Event(), threading.Event()
 
     class SlowLLM(FakeLLM):
         def stream(self, prompt, params, chat=False):
             for i, ev in enumerate(super().stream(prompt, params, chat)):
                 if i == 2:
-                    gate.wait(5)
+                    reached.set()
+                    gate.wait(30)
                 yield ev
 
     llm = SlowLLM(["a"] * 50)
     w = GenerateWidget(FakeHandle(_llm=llm), prompt="p")
     w._on_click()
+    assert reached.wait(30)                # what the page shows now cannot change under the read below
     before = w._output.object
     w._runner.close()                      # what on_session_destroyed calls
     gate.set()
-    for _ in range(100):                   # the worker notices at its next token and closes the stream
-        if llm.closed:
-            break
+    deadline = time.monotonic() + 30       # the worker notices at its next token and closes the stream
+    while not llm.closed and time.monotonic() < deadline:
         threading.Event().wait(0.05)
     assert llm.closed and w._output.object == before
     assert w._runner.submit(lambda job: 1, print) is None     # a closed runner takes no new work
@@ -193,7 +195,7 @@ def test_engine_handle_loads_once_in_the_background(monkeypatch):
 
         def __init__(self, **kw):
             calls.append(kw)
-            gate.wait(5)
+            gate.wait(30)
 
     import engine
     monkeypatch.setattr(engine, "LLM", SlowLLM)
@@ -203,7 +205,7 @@ def test_engine_handle_loads_once_in_the_background(monkeypatch):
     h.start()                                   # a second reader does not start a second load
     assert h.snapshot().status is EngineStatus.LOADING
     gate.set()
-    assert h.wait(5)
+    assert h.wait(30)
     assert h.snapshot().status is EngineStatus.READY and len(calls) == 1
     assert calls[0]["random_weights"] is True
 
@@ -218,17 +220,17 @@ def test_engine_handle_shows_the_engines_progress_while_loading(monkeypatch):
             import sys
             print("[engine] unpacking: 50%", file=sys.stderr)
             printed.set()
-            gate.wait(5)
+            gate.wait(30)
 
     import engine
     monkeypatch.setattr(engine, "LLM", ChattyLLM)
     h = EngineHandle(random_weights=True)
     h.start()
-    assert printed.wait(5)
+    assert printed.wait(30)
     snap = h.snapshot()
     assert snap.status is EngineStatus.LOADING and snap.progress == "unpacking: 50%"
     gate.set()
-    assert h.wait(5) and "on cpu (1 threads)" in h.snapshot().detail and h.snapshot().progress == ""
+    assert h.wait(30) and "on cpu (1 threads)" in h.snapshot().detail and h.snapshot().progress == ""
 
 
 def test_engine_handle_reports_failure(monkeypatch):
@@ -239,7 +241,7 @@ def test_engine_handle_reports_failure(monkeypatch):
     monkeypatch.setattr(engine, "LLM", boom)
     h = EngineHandle(random_weights=False)
     h.start()
-    assert h.wait(5)
+    assert h.wait(30)
     snap = h.snapshot()
     assert snap.status is EngineStatus.FAILED and "no weights here" in snap.detail
     with pytest.raises(RuntimeError):

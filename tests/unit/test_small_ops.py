@@ -2,7 +2,7 @@
 the Triton kernels (interpreted on CPU, see triton_interpreter.py) match the references.
 
 "Match" is ulps.assert_matches: float32 equal to rounding; bf16/fp16 at most one unit in the last place
-apart, on at most 1% of the elements.
+apart (two where the eager arithmetic rounds twice), on at most 1% of the elements.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_triton_rms_norm_matches_reference(interpreted, dtype, with_residual, to
     weight = (1 + randn(hidden, seed=8, scale=0.2)).to(dtype)
     normed, stream = interpreted.rms_norm(x, weight, 1e-5, residual)
     want_normed, want_stream = ref.rms_norm(x, weight, 1e-5, residual)
-    assert_matches(normed, want_normed)
+    assert_matches(normed, want_normed, max_ulps=2)          # eager rounds twice (ulps.py)
     assert_matches(stream, want_stream)
     assert (stream is x) == (not with_residual)  # without a residual the stream is x itself, not a copy
 
@@ -154,10 +154,11 @@ def test_triton_rms_norm_reads_strided_rows_and_leading_dims(interpreted, dtype)
     wide = randn(6, 700, dtype=dtype, seed=9)
     x, residual = wide[:, :576], randn(576, 6, dtype=dtype, seed=10).t()  # row stride 700; a transpose
     weight = randn(576, dtype=dtype, seed=11)
-    for got, want in zip(interpreted.rms_norm(x, weight, 1e-6, residual), ref.rms_norm(x, weight, 1e-6, residual)):
-        assert_matches(got, want)
+    got, want = interpreted.rms_norm(x, weight, 1e-6, residual), ref.rms_norm(x, weight, 1e-6, residual)
+    assert_matches(got[0], want[0], max_ulps=2)              # normed: rounded twice (ulps.py)
+    assert_matches(got[1], want[1])                          # the stream x + residual: rounded once
     x3 = randn(2, 3, 576, dtype=dtype, seed=12)  # [batch, tokens, hidden]
-    assert_matches(interpreted.rms_norm(x3, weight, 1e-5)[0], ref.rms_norm(x3, weight, 1e-5)[0])
+    assert_matches(interpreted.rms_norm(x3, weight, 1e-5)[0], ref.rms_norm(x3, weight, 1e-5)[0], max_ulps=2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -168,7 +169,9 @@ def test_triton_rope_matches_reference(interpreted, dtype, heads, kv_heads, head
     q = randn(len(POSITIONS), heads, head_dim, dtype=dtype, seed=heads)
     k = randn(len(POSITIONS), kv_heads, head_dim, dtype=dtype, seed=kv_heads + 100)
     for got, want in zip(interpreted.rope(q, k, cos, sin), ref.rope(q, k, cos, sin)):
-        assert_matches(got, want)
+        # x*cos - y*sin may cancel (ulps.py): float32's error is set by the inputs, ~1.5 eps × |x| ≤ 1e-6
+        # for unit-normal x (|x| < 6), inside atol 1e-5
+        assert_matches(got, want, atol=1e-5)
         assert got.is_contiguous()
 
 
@@ -182,7 +185,7 @@ def test_triton_rope_reads_q_and_k_as_views_of_one_fused_qkv(interpreted, dtype)
     cos, sin = rope_cos_sin(torch.tensor([3, 90, 91, 92, 5000, 8000]), D, 100000.0)
     before = qkv.clone()
     for got, want in zip(interpreted.rope(q, k, cos, sin), ref.rope(q, k, cos, sin)):
-        assert_matches(got, want)
+        assert_matches(got, want, atol=1e-5)                 # cancels: as above
     assert torch.equal(qkv, before)  # inputs untouched: the rotated q, k are new tensors
 
 
@@ -193,14 +196,14 @@ def test_triton_swiglu_matches_reference(interpreted, dtype, tokens, width):
     gate = randn(tokens, width, dtype=dtype, seed=width, scale=6.0)
     gate[0, 0], gate[-1, -1] = -100.0, 100.0  # exp(-gate) overflows / vanishes
     up = randn(tokens, width, dtype=dtype, seed=tokens)
-    assert_matches(interpreted.swiglu(gate, up), ref.swiglu(gate, up))
+    assert_matches(interpreted.swiglu(gate, up), ref.swiglu(gate, up), max_ulps=2)   # silu rounds, then the product
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_triton_swiglu_on_the_halves_of_a_fused_gate_up(interpreted, dtype):
     gate_up = randn(4, 2 * 1536, dtype=dtype, seed=14, scale=3.0)
     gate, up = gate_up[:, :1536], gate_up[:, 1536:]
-    assert_matches(interpreted.swiglu(gate, up), ref.swiglu(gate, up))
+    assert_matches(interpreted.swiglu(gate, up), ref.swiglu(gate, up), max_ulps=2)
 
 
 def test_triton_small_ops_accept_zero_tokens(interpreted):

@@ -3,7 +3,6 @@ from the step trace, the registry, saved examples, the gate; and `generate` on t
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -25,9 +24,9 @@ XSS = "<img src=x onerror=alert(1)>"
 def test_debounce_runs_only_the_newest_of_a_burst():
     ran, shown = [], []
     runner = JobRunner()
-    for i in range(5):
-        runner.submit(lambda job, i=i: ran.append(i) or i, shown.append, debounce_ms=60)
-    assert runner.wait_idle(5)
+    for i in range(5):     # a quiet second: far longer than any stall between two submits, even on a busy machine
+        runner.submit(lambda job, i=i: ran.append(i) or i, shown.append, debounce_ms=1000)
+    assert runner.wait_idle(30)
     assert ran == [4] and shown == [4]
 
 
@@ -36,15 +35,19 @@ def test_a_newer_job_supersedes_a_running_one():
 
     def slow(job):
         started.set()
-        release.wait(5)
+        release.wait(30)
         return "old"
     runner = JobRunner()
     first = runner.submit(slow, shown.append)
-    assert started.wait(5)
+    assert started.wait(30)
+    # The old job's result reaches the runner on its own thread, after the new one may have been shown:
+    # wait until the runner has handled it, then it must not have been shown.
+    handled, deliver = threading.Event(), runner._deliver
+    runner._deliver = lambda job, callback: (deliver(job, callback), job is first and handled.set())
     runner.submit(lambda job: "new", shown.append)
     release.set()
-    assert runner.wait_idle(5) and first.cancelled
-    time.sleep(0)              # the old job's result, if it were delivered, would arrive on its own thread
+    assert runner.wait_idle(30) and first.cancelled
+    assert handled.wait(30)
     assert shown == ["new"]
 
 

@@ -1,8 +1,9 @@
 """The match criterion for kernels that redo eager arithmetic in one launch (tests/unit and tests/gpu).
 
 float32: equal to rounding (a float32 sum in another order, an FMA, the GPU's exp or rsqrt differ in the
-last bits). bf16/fp16: at most one unit in the last place apart, on at most 1% of the elements: such a
-difference can move a value across a rounding boundary of the narrow type, never further.
+last bits). bf16/fp16: at most one unit in the last place apart, on at most 1% of the elements (one at
+least, for tensors of fewer than 100): such a difference can move a value across a rounding boundary of
+the narrow type, never further.
 Where the eager arithmetic rounds twice (RMSNorm rounds the normalised row to bf16, then multiplies by
 the weight and rounds again), a one-ulp flip in the middle is scaled by the weight before the second
 rounding: such ops allow `max_ulps=2`.
@@ -27,4 +28,5 @@ def assert_matches(out: torch.Tensor, want: torch.Tensor, max_ulps: int = 1, ato
     one_ulp = torch.maximum(a.abs(), b.abs()) * 2.0 ** -MANTISSA_BITS[want.dtype] + torch.finfo(want.dtype).tiny
     assert ((a - b).abs() <= max_ulps * one_ulp + atol).all(), \
         f"off by more than {max_ulps} ulp: max |diff| {(a - b).abs().max()}"
-    assert (a != b).float().mean() <= 0.01, f"{(a != b).float().mean():.2%} of elements differ"
+    differ = int((a != b).sum())        # a handful of elements may round the other way: one at least
+    assert differ <= max(1, 0.01 * a.numel()), f"{differ} of {a.numel()} elements differ"
