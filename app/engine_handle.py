@@ -23,29 +23,12 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
+
+from widgets.common.handle import EngineSnapshot, EngineStatus
 
 EXIT_WAIT_S = 2.0          # at exit, how long a model load in progress may take to finish
 RANDOM_WEIGHTS_ENV = "LLM_EXPLAINER_RANDOM_WEIGHTS"
-
-
-class EngineStatus(str, Enum):
-    IDLE = "idle"
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
-    STOPPED = "stopped"      # it was ready, then its loop thread ended (the reason is in detail)
-
-
-@dataclass(slots=True, frozen=True)
-class EngineSnapshot:
-    status: EngineStatus
-    detail: str            # what the reader is told: "", the load time, or the error
-    random_weights: bool
-    progress: str = ""     # while loading: the engine's latest console line, e.g. "unpacking: 50%"
-    elapsed_s: float = 0.0  # while loading: seconds since the load began
 
 
 _PATH = re.compile(r"\s*(?:\b(?:from|to|in|into)\s+)?(?:/|~/|[A-Za-z]:\\)\S*")

@@ -16,6 +16,8 @@ for that and feeds streams from it).
 from __future__ import annotations
 
 import time
+
+import torch
 from collections.abc import Hashable
 
 from .config import EngineConfig
@@ -199,6 +201,18 @@ class LLMEngine:
         state.tables = {names.get(o, o): t for o, t in state.tables.items()}
         state.swapped = {names.get(o, o): t for o, t in state.swapped.items()}
         return state
+
+    def cached_kv(self, block: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The K and V stored in one slot of the paged cache (block, offset), every layer:
+        two [num_layers, num_kv_heads * head_dim] float32 tensors, copied to the CPU."""
+        ks, vs = zip(*(self.kv_cache.layer(i) for i in range(self.model.config.num_layers)))
+        return (torch.stack([k[block, offset].flatten() for k in ks]).float().cpu(),
+                torch.stack([v[block, offset].flatten() for v in vs]).float().cpu())
+
+    @property
+    def kv_bytes_per_value(self) -> int:
+        """Bytes of one number in the KV cache (its dtype on this device)."""
+        return self.kv_cache.layer(0)[0].element_size()
 
     def num_free_blocks(self) -> int:
         return self.block_manager.num_free_blocks

@@ -1,13 +1,12 @@
-"""Live widgets that chapters place with ``::: widget NAME {json args}``.
-
-Each module registers its factory with ``widgets.common.register`` (see widgets/common/README.md);
-importing this package imports them all, so ``REGISTRY`` maps every directive name to its factory
-``factory(engine_handle, **directive_args)`` returning a Panel component.
+"""Live widgets that chapters place with ``::: widget NAME {json args}``: one folder per widget, named after
+its directive (widgets/README.md). ``widgets.REGISTRY`` (or ``widgets.common.registry.registry()``) maps
+every directive to its factory; importing this package imports none of them.
 """
 from __future__ import annotations
 
-from widgets.common.registry import REGISTRY, discover
 
-discover()
-
-__all__ = ["REGISTRY"]
+def __getattr__(name: str):
+    if name == "REGISTRY":                       # looked up lazily: discovery imports every widget
+        from widgets.common.registry import registry
+        return registry()
+    raise AttributeError(name)

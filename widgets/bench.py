@@ -49,8 +49,8 @@ def module_benches(llm, only: list[str] | None = None) -> dict:
     """Every widget module's own ``bench(llm) -> dict`` (ms per update of its heavy operations), by
     module name: a widget that defines one appears here without editing this file. ``only`` names
     the modules to run (a slow machine, or one widget's figures)."""
-    from widgets.common.registry import discover
-    discover()
+    from widgets.common.registry import registry
+    registry()
     out = {}
     for name, module in sorted(sys.modules.items()):
         if name.startswith("widgets.") and name.count(".") == 1 and callable(getattr(module, "bench", None)):

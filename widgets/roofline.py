@@ -22,7 +22,7 @@ import panel as pn
 
 from widgets.common import (PALETTE, esc, html_pane, is_dark, label_html, modelled, recorded, style_figure,
                             themed_figure)
-from widgets.common.hardware import (GPUS, MODELS, decode_step, kv_bytes_per_token, kv_cache_budget,
+from widgets.modelled.hardware import (GPUS, MODELS, decode_step, kv_bytes_per_token, kv_cache_budget,
                                      max_cached_tokens, ridge_batch, ridge_intensity, weight_bytes)
 
 MODEL_CHOICES = ["SmolLM2-135M", "Llama-3-8B", "Llama-3-70B"]

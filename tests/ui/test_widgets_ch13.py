@@ -13,7 +13,7 @@ from playwright.sync_api import expect  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from widgets.common.hardware import MODELS  # noqa: E402
+from widgets.modelled.hardware import MODELS  # noqa: E402
 from widgets.common.testing import wait_text, widget_screenshots  # noqa: E402
 from widgets.data_flow import compute  # noqa: E402
 

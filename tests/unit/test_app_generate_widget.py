@@ -14,7 +14,8 @@ pytest.importorskip("mdit_py_plugins")
 
 pn = pytest.importorskip("panel")
 
-from app.engine_handle import EngineHandle, EngineSnapshot, EngineStatus  # noqa: E402
+from app.engine_handle import EngineHandle  # noqa: E402
+from widgets.common.handle import EngineSnapshot, EngineStatus  # noqa: E402
 from engine import ScheduledEntry, StepRecord  # noqa: E402
 from widgets import REGISTRY  # noqa: E402
 from widgets.generate import GenerateWidget  # noqa: E402

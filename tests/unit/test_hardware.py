@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("panel")           # widgets/common/__init__ loads the toolkit, which needs Panel
 
-from widgets.common.hardware import (GPUS, MODELS, decode_step, kv_bytes, kv_bytes_per_token, kv_cache_budget,  # noqa: E402
+from widgets.modelled.hardware import (GPUS, MODELS, decode_step, kv_bytes, kv_bytes_per_token, kv_cache_budget,  # noqa: E402
                                      max_cached_tokens, num_parameters, ridge_batch, ridge_intensity,
                                      weight_bytes)
 

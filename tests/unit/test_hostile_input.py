@@ -60,7 +60,8 @@ def test_limits_say_what_they_did():
 def test_a_dead_engine_thread_shows_in_the_header():
     from types import SimpleNamespace
 
-    from app.engine_handle import EngineHandle, EngineStatus
+    from app.engine_handle import EngineHandle
+    from widgets.common.handle import EngineStatus
     from app.engine_status import status_html
     handle = EngineHandle(random_weights=True)
     handle._status = EngineStatus.READY

@@ -17,7 +17,7 @@ pn = pytest.importorskip("panel")
 
 from bokeh.document import Document  # noqa: E402
 
-from app.engine_handle import EngineSnapshot, EngineStatus  # noqa: E402
+from widgets.common.handle import EngineSnapshot, EngineStatus  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
 from widgets.common.sandboxes import owned_by, page_sandboxes, sandbox  # noqa: E402
 from widgets.generate import GenerateWidget, run_generation  # noqa: E402

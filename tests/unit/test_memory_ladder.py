@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("panel")           # widgets/common/__init__ loads the toolkit, which needs Panel
 
-from widgets.common.hardware import GPUS, MODELS, num_parameters, weight_bytes  # noqa: E402
-from widgets.common.memory_ladder import (BOOST_CLOCK_HZ, gpus_needed, l2_bandwidth, nvlink_each_way,
+from widgets.modelled.hardware import GPUS, MODELS, num_parameters, weight_bytes  # noqa: E402
+from widgets.modelled.memory_ladder import (BOOST_CLOCK_HZ, gpus_needed, l2_bandwidth, nvlink_each_way,
                                           register_bandwidth, ring_allreduce_bytes, smem_bandwidth, sram_total,
                                           transfer_s)
 

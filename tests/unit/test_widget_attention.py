@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("panel")
 
-from app.engine_handle import EngineStatus  # noqa: E402
+from widgets.common.handle import EngineStatus  # noqa: E402
 from tests.unit.test_app_generate_widget import FakeHandle  # noqa: E402
 from widgets.attention_data import LayerView, cells, kv_bytes_rows, layer_view, strip_html  # noqa: E402
 from widgets.attention_heatmap import AttentionHeatmap  # noqa: E402

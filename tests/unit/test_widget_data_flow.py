@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("panel")           # the GPU machine has no Panel (pytest -m gpu must still collect)
 
-from widgets.common.hardware import GPUS, MODELS, kv_bytes, num_parameters, weight_bytes
-from widgets.common.memory_ladder import (gpus_needed, l2_bandwidth, nvlink_each_way, register_bandwidth,
+from widgets.modelled.hardware import GPUS, MODELS, kv_bytes, num_parameters, weight_bytes
+from widgets.modelled.memory_ladder import (gpus_needed, l2_bandwidth, nvlink_each_way, register_bandwidth,
                                           smem_bandwidth)
 from widgets.common.testing import assert_example_fresh
 from widgets.data_flow import BATCHES, CONTEXTS, WIDGET_MODELS, DataFlowWidget, bench, compute

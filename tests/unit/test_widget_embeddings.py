@@ -108,7 +108,7 @@ def test_compute_without_sets_has_an_empty_map(llm):
 
 
 def test_loading_shows_the_saved_example_not_a_blank():
-    from app.engine_handle import EngineStatus
+    from widgets.common.handle import EngineStatus
     from tests.unit.test_app_generate_widget import FakeHandle
     w = EmbeddingsWidget(FakeHandle(EngineStatus.LOADING))
     assert 'data-state="loading"' in w.gate.pane.object

@@ -10,9 +10,9 @@ pn = pytest.importorskip("panel")
 
 from widgets.common.examples import compute_example, load_example  # noqa: E402
 from widgets.common.testing import LoadedEngine, same  # noqa: E402
-from widgets.kv_cache import KVCacheWidget, kv_rows  # noqa: E402
-from widgets.kv_stepper import KVStepper  # noqa: E402
-from widgets.kv_view import bytes_html, view_dict  # noqa: E402
+from widgets.kv_cache.widget import KVCacheWidget, kv_rows  # noqa: E402
+from widgets.kv_cache.compute import KVStepper  # noqa: E402
+from widgets.kv_cache.view import bytes_html, view_dict  # noqa: E402
 
 PROMPT = "One token at a time, the cache grows by exactly one slot per step."
 
@@ -84,8 +84,8 @@ def test_recomputing_picks_the_same_token_and_the_stepper_stops(llm, stepped, mo
     _, views, _ = stepped
     assert all(v.recompute_token == v.next_token[0] and v.recompute_ms > 0 for v in views[1:])
     assert [v.token_ids[-1] for v in views[1:]] == [v.next_token[0] for v in views[:-1]]   # fed back in
-    import widgets.kv_stepper
-    monkeypatch.setattr(widgets.kv_stepper, "MAX_STEPS", 3)   # the stop, without 48 steps of CPU time
+    import widgets.kv_cache.compute
+    monkeypatch.setattr(widgets.kv_cache.compute, "MAX_STEPS", 3)   # the stop, without 48 steps of CPU time
     short = KVStepper(llm, "Hi")
     for _ in range(3 + 1):
         short.step()
@@ -100,17 +100,17 @@ def test_widget_prefills_on_ready_and_queues_steps(llm):
     w = KVCacheWidget(LoadedEngine())
     assert "block table" in w._blocks.object and "recorded on" in w._time.object   # the saved example
     w = KVCacheWidget(LoadedEngine(llm), prompt="<img src=x onerror=alert(1)>")
-    assert w._runner.wait_idle(60) and w._stepper is not None
+    assert w.jobs.wait_idle(60) and w._stepper is not None
     assert "&lt;" in w._blocks.object and "error" in w._blocks.object and "<img" not in w._blocks.object
     w._request_step()
     w._request_step()
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     deadline = time.monotonic() + 120
-    while (w._runner.busy or len(w._stepper.views) < 3) and time.monotonic() < deadline:
-        assert w._runner.wait_idle(60)                          # the second press may start a second job
+    while (w.jobs.busy or len(w._stepper.views) < 3) and time.monotonic() < deadline:
+        assert w.jobs.wait_idle(60)                          # the second press may start a second job
     assert len(w._views) == 3 and "Step 2" in w._time.object
     w._box.value = "a1 " * 150                                 # over both limits: characters and tokens
     w._start()
-    assert w._runner.wait_idle(60) and "first 96 tokens" in w._notes.object and "300 characters" in w._notes.object
+    assert w.jobs.wait_idle(60) and "first 96 tokens" in w.notes.object and "300 characters" in w.notes.object
     assert w._views[-1]["num_cached"] == 96
-    w._close()
+    w.close()

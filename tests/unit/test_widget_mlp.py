@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("panel")
 
-from app.engine_handle import EngineStatus  # noqa: E402
+from widgets.common.handle import EngineStatus  # noqa: E402
 from tests.unit.test_app_generate_widget import FakeHandle  # noqa: E402
 from widgets.common.testing import assert_example_fresh  # noqa: E402
 from widgets.inspection import inspection  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 pn = pytest.importorskip("panel")
 
 from widgets.common import Cancelled  # noqa: E402
-from widgets.common.hardware import GPUS, MODELS, decode_step, ridge_batch  # noqa: E402
+from widgets.modelled.hardware import GPUS, MODELS, decode_step, ridge_batch  # noqa: E402
 from widgets.common.testing import LoadedEngine, assert_example_fresh  # noqa: E402
 from widgets.prefill_decode import PrefillDecodeWidget, ladder, measure, measure_one, prompt_ids  # noqa: E402
 from widgets.roofline import BATCHES, RooflinePanel, recorded_latency_rows, roofline  # noqa: E402

@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("panel")
 
-from app.engine_handle import EngineStatus  # noqa: E402
+from widgets.common.handle import EngineStatus  # noqa: E402
 from tests.unit.test_app_generate_widget import FakeHandle  # noqa: E402
 from widgets.common.testing import assert_example_fresh  # noqa: E402
 from widgets.rope import RopeWidget  # noqa: E402

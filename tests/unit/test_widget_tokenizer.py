@@ -112,7 +112,7 @@ def test_widget_types_clips_samples_and_escapes(llm):
 
 
 def test_loading_shows_the_saved_example_not_a_blank():
-    from app.engine_handle import EngineStatus
+    from widgets.common.handle import EngineStatus
     from tests.unit.test_app_generate_widget import FakeHandle
     w = TokenizerWidget(FakeHandle(EngineStatus.LOADING))
     assert 'data-state="loading"' in w.gate.pane.object

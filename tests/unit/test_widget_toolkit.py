@@ -13,7 +13,6 @@ from widgets.common import (EngineGate, JobRunner, clamp, clip, describe, esc, l
                             modelled, recorded, register, request_passes, show_token)
 from widgets.common.examples import rounded  # noqa: E402
 from widgets.common.jobs import error_message  # noqa: E402
-from widgets.common.registry import REGISTRY  # noqa: E402
 from widgets.common.sentence import reader_sentence  # noqa: E402
 from widgets.common.testing import assert_example_fresh, same  # noqa: E402
 
@@ -171,11 +170,12 @@ def test_passes_prefix_cache_hit():
 
 
 # -- registry, examples, sentence, gate ---------------------------------------------------------
-def test_registry_refuses_two_widgets_with_one_name():
-    import widgets  # noqa: F401  (registers every widget)
-    assert "generate" in REGISTRY
+def test_registry_finds_every_widget_folder_and_refuses_two_widgets_with_one_name():
+    from widgets.common.registry import registry, widget_folders
+    found = registry()
+    assert {f.replace("_", "-") for f in widget_folders()} <= set(found) and "generate" in found
     with pytest.raises(ValueError):
-        register("generate")(lambda engine: None)
+        register(name="generate")(lambda engine: None)
 
 
 def test_rounded_and_same():
@@ -197,7 +197,7 @@ def test_reader_sentence_outside_a_session_is_the_default():
 
 def test_gate_calls_on_ready_once_when_the_engine_is_up():
     from tests.unit.test_app_generate_widget import FakeHandle, FakeLLM
-    from app.engine_handle import EngineStatus
+    from widgets.common.handle import EngineStatus
     calls = []
     h = FakeHandle(EngineStatus.LOADING, _llm=FakeLLM([]))
     gate = EngineGate(h, calls.append)

@@ -7,7 +7,7 @@
     ex = load_example("tokenizer")             # in the widget: paint ex.data at once, label it ex.label
     ex.label  -> "recorded on cpu (2 threads) by `python -m widgets.examples tokenizer` (2025-11-26)"
 
-The data is saved in ``widgets/examples/<name>.json`` with the command that regenerates it, the device
+The data is saved in ``example.json`` in the widget's folder with the command that regenerates it, the device
 and the date. ``python -m widgets.examples`` recomputes every example (or the names given) with the
 embedded model on the CPU. ``widgets.common.testing.assert_example_fresh(name, llm)`` recomputes one in
 a unit test and compares it with the saved file, so a saved example can never drift from the engine.
@@ -22,17 +22,27 @@ from pathlib import Path
 from typing import Any, Callable
 
 from widgets.common.labels import recorded
+from widgets.common.registry import directive_of, folder_of, registry
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"     # TRANSITION: widgets not yet in folders
 _COMPUTE: dict[str, Callable[[Any], Any]] = {}
 
 
-def example(name: str):
-    """Register ``fn(llm) -> data`` as the way to compute the saved example called ``name``."""
-    def register(fn):
-        _COMPUTE[name] = fn
-        return fn
-    return register
+def example(fn=None, *, name: str | None = None):
+    """``@example`` on ``fn(llm) -> data`` in a widget's folder: the way to compute its saved example
+    (``example.json`` beside it)."""
+    if isinstance(fn, str):                      # TRANSITION: @example("name") in a flat module
+        fn, name = None, fn
+
+    def register(f):
+        _COMPUTE[name or directive_of(f.__module__)] = f
+        return f
+    return register(fn) if fn is not None else register
+
+
+def example_path(name: str) -> Path:
+    path = folder_of(name) / "example.json"
+    return path if path.exists() or (path.parent / "widget.py").exists() else EXAMPLES_DIR / f"{name}.json"
 
 
 def command(name: str) -> str:
@@ -65,7 +75,7 @@ def rounded(value: Any, digits: int = 5) -> Any:
 
 def load_example(name: str) -> Example | None:
     """The saved example, or None if it was never computed (the widget then shows a placeholder)."""
-    path = EXAMPLES_DIR / f"{name}.json"
+    path = example_path(name)
     if not path.exists():
         return None
     d = json.loads(path.read_text(encoding="utf-8"))
@@ -74,13 +84,13 @@ def load_example(name: str) -> Example | None:
 
 def compute_example(name: str, llm) -> Any:
     if name not in _COMPUTE:
-        from widgets import REGISTRY  # noqa: F401  (importing the package registers every example)
+        registry()                    # importing the widgets registers every example
     return rounded(_COMPUTE[name](llm))
 
 
 def save_example(name: str, llm) -> Path:
     data = compute_example(name, llm)
-    path = EXAMPLES_DIR / f"{name}.json"
+    path = example_path(name)
     record = {"widget": name, "command": command(name), "device": llm.device_name,
               "date": _dt.date.today().isoformat(), "data": data}
     path.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -88,7 +98,7 @@ def save_example(name: str, llm) -> Path:
 
 
 def names() -> list[str]:
-    from widgets import REGISTRY  # noqa: F401
+    registry()
     return sorted(_COMPUTE)
 
 

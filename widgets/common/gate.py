@@ -26,12 +26,13 @@ from typing import Callable
 
 import panel as pn
 
+from widgets.common.handle import EngineStatus
 from widgets.common.labels import label_html
 from widgets.common.text import esc
 from widgets.common.theme import html_pane
 
 POLL_MS = 300
-READY, FAILED = "ready", "failed"
+SETTLED = (EngineStatus.READY, EngineStatus.FAILED)
 
 
 def in_session() -> bool:
@@ -45,11 +46,11 @@ def watch_engine(engine, on_change: Callable[[object], None]) -> None:
 
     def check() -> bool:
         snap = engine.snapshot()
-        key = (snap.status.value, snap.detail, getattr(snap, "progress", ""))
+        key = (snap.status, snap.detail, snap.progress)
         if key != last[0]:
             last[0] = key
             on_change(snap)
-        return snap.status.value in (READY, FAILED)
+        return snap.status in SETTLED
 
     engine.start()
     if check() or not in_session():
@@ -65,12 +66,10 @@ def watch_engine(engine, on_change: Callable[[object], None]) -> None:
 def loading_text(snap) -> str:
     """'Loading the model… 12 s · dequantizing: 50%' from an engine snapshot (plain text)."""
     parts = ["Loading the model…"]
-    elapsed = getattr(snap, "elapsed_s", None)
-    if elapsed:
-        parts.append(f"{elapsed:.0f} s")
-    progress = getattr(snap, "progress", "")
-    if progress:
-        parts.append(progress)
+    if snap.elapsed_s:
+        parts.append(f"{snap.elapsed_s:.0f} s")
+    if snap.progress:
+        parts.append(snap.progress)
     return " · ".join(parts)
 
 
@@ -111,14 +110,13 @@ class EngineGate:
 
     # -- internals ------------------------------------------------------------------------------
     def _engine_changed(self, snap) -> None:
-        status = snap.status.value
-        if status == READY:
+        if snap.status is EngineStatus.READY:
             if self.llm is None:
                 self.llm, self.state = self.engine.llm, "live"
                 self._render(snap)
                 self._on_ready(self.llm)
             return
-        self.state = "failed" if status == FAILED else "loading"
+        self.state = "failed" if snap.status is EngineStatus.FAILED else "loading"
         self._render(snap)
 
     def _render(self, snap=None) -> None:
@@ -134,7 +132,7 @@ class EngineGate:
             llm = self.llm
             text = self._live_text.format(model=esc(llm.config.name), device=esc(llm.device_name))
             note = ""
-            if getattr(self.engine.snapshot(), "random_weights", False):
+            if self.engine.snapshot().random_weights:
                 note = " (random weights: the numbers are noise, the mechanics are real)"
             return self._line("live", f"Live: {text}{note}.")
         saved = ""

@@ -1,8 +1,10 @@
 """Private engines owned by the page that made them: freed when the reader leaves, bounded per page.
 
-    eng = sandbox(llm, num_kv_blocks=16, max_num_seqs=2)     # instead of llm.sandbox(...)
-    ...                                                       # step it (engine/sandbox.py)
-    eng.free()                                                # when the widget is done with it
+    with page_sandbox(llm, num_kv_blocks=16, max_num_seqs=2) as box:    # instead of llm.sandbox(...)
+        ...                                                              # step it (engine/sandbox.py)
+    # leaving the block aborts what is left, checks no KV block stayed in use, and frees the memory
+
+    box = sandbox(llm, ...); ...; release(box, "kv-cache")   # the same, for one that outlives a call
 
 * **Owner.** The page (Bokeh session) that asks owns the sandbox; the widget passes nothing. Work a
   ``JobRunner`` runs is owned by its page (``owned_by``), and code on the session's event loop by
@@ -20,6 +22,7 @@ import threading
 import weakref
 from contextlib import contextmanager
 
+from engine import SandboxFreed
 from widgets.common.sharing import Refused
 
 log = logging.getLogger(__name__)
@@ -133,3 +136,32 @@ def sandbox(llm, **kwargs):
     if doc is None:
         return llm.sandbox(**kwargs)
     return page_sandboxes(doc).open(llm, **kwargs)
+
+
+def release(box, who: str) -> None:
+    """Abort whatever the sandbox still runs, check from the engine's own state that no KV block stayed in
+    use (a leak is logged as an error), and free its memory. One its page already freed is left alone."""
+    if box.freed:
+        return
+    try:
+        for rid in box.unfinished_request_ids():
+            box.abort(rid)
+        state = box.allocator_state()
+    except SandboxFreed:                 # the page closed first and freed it
+        return
+    if state.num_free != state.num_blocks or state.tables or box.has_unfinished():
+        log.error("%s: sandbox closed with %d of %d KV blocks still in use", who,
+                  state.num_blocks - state.num_free, state.num_blocks)
+    else:
+        log.info("%s: sandbox freed, %d of %d KV blocks free", who, state.num_free, state.num_blocks)
+    box.free()
+
+
+@contextmanager
+def page_sandbox(llm, who: str = "widget", **kwargs):
+    """``sandbox(llm, **kwargs)`` for the length of a ``with`` block, released (``release``) however it ends."""
+    box = sandbox(llm, **kwargs)
+    try:
+        yield box
+    finally:
+        release(box, who)

@@ -99,7 +99,7 @@ class LoadedEngine:
         pass
 
     def snapshot(self):
-        from app.engine_handle import EngineSnapshot, EngineStatus
+        from widgets.common.handle import EngineSnapshot, EngineStatus
         if self.llm is None:
             return EngineSnapshot(EngineStatus.LOADING, "", False)
         return EngineSnapshot(EngineStatus.READY, "ready", False)

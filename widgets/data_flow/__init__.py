@@ -17,7 +17,7 @@ import time
 import panel as pn
 
 from widgets.common import EngineGate, esc, example, html_pane, label_html, modelled, register
-from widgets.common.hardware import GPUS, MODELS
+from widgets.modelled.hardware import GPUS, MODELS
 from widgets.common.text import clamp
 from widgets.common.theme import stylesheets
 from widgets.data_flow.diagram import DataFlowDiagram, diagram_data, fmt_time

@@ -30,8 +30,8 @@ import math
 from dataclasses import dataclass, field
 
 from engine import ModelConfig
-from widgets.common.hardware import GPU, decode_step, kv_bytes
-from widgets.common.memory_ladder import (HOST_MEMORY_BYTES, NETWORK_CARD_BYTES_S, SOURCES, gpus_needed,
+from widgets.modelled.hardware import GPU, decode_step, kv_bytes
+from widgets.modelled.memory_ladder import (HOST_MEMORY_BYTES, NETWORK_CARD_BYTES_S, SOURCES, gpus_needed,
                                           l2_bandwidth, nvlink_each_way, register_bandwidth, registers_total,
                                           ring_allreduce_bytes, smem_bandwidth, smem_total, transfer_s)
 

@@ -13,8 +13,8 @@ Arithmetic on published figures (widgets/common/hardware.py, memory_ladder.py), 
 """
 from __future__ import annotations
 
-from widgets.common.hardware import BF16, GPUS, MODELS, decode_step, prefill_time_s, weight_bytes
-from widgets.common.memory_ladder import NETWORK_CARD_BYTES_S, nvlink_each_way, ring_allreduce_bytes, transfer_s
+from widgets.modelled.hardware import BF16, GPUS, MODELS, decode_step, prefill_time_s, weight_bytes
+from widgets.modelled.memory_ladder import NETWORK_CARD_BYTES_S, nvlink_each_way, ring_allreduce_bytes, transfer_s
 
 MODEL, GPU, NUM_GPUS = "Llama-3-70B", "H100 SXM", 8
 CALL_S = 10e-6               # assumed fixed cost of one all-reduce call (launch + synchronisation)

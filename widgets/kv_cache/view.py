@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from widgets.common import esc, label_html, modelled, plural, show_token
-from widgets.common.hardware import MODELS, kv_bytes, kv_bytes_per_token
+from widgets.modelled.hardware import MODELS, kv_bytes, kv_bytes_per_token
 
 BIG_MODEL = "Llama-3.1-70B"                  # 128K context: the model chapter 12's figures are about
 

@@ -1,8 +1,8 @@
 """`kv-cache` (chapter 12): prefill the reader's prompt in a private engine, then decode one token per
 press of Step (or → / n with the widget focused) and watch the cache fill.
 
-Each step shows what the engine did (widgets/kv_stepper.py reads it back from the private engine):
-the tokens and the block and slot each one's K/V landed in (kv_view.py), the new token's K and V —
+Each step shows what the engine did (compute.py reads it back from the private engine): the tokens
+and the block and slot each one's K/V landed in (view.py), the new token's K and V —
 30 layers × 3 KV heads × 64 numbers each, the bytes this step added — the bytes held, and the step
 timed against recomputing the whole sequence. Steps run as background jobs; presses made while one
 runs are queued (a few at most), so a held key never piles up work.
@@ -13,13 +13,13 @@ from statistics import median
 
 import numpy as np
 import panel as pn
+import param
 
-from widgets.common import (EngineGate, JobRunner, PALETTE, esc, html_pane, is_dark, load_example, measured,
-                            reader_sentence, register, style_figure, themed_figure)
-from widgets.common.examples import example
+from widgets.common import PALETTE, Widget, example, html_pane, is_dark, measured, reader_sentence, register
+from widgets.common import style_figure, themed_figure
 from widgets.common.text import clip
-from widgets.kv_stepper import MAX_PROMPT_TOKENS, MAX_STEPS, KVStepper
-from widgets.kv_view import blocks_html, bytes_html, timing_html, view_dict
+from widgets.kv_cache.compute import MAX_PROMPT_TOKENS, MAX_STEPS, KVStepper
+from widgets.kv_cache.view import blocks_html, bytes_html, timing_html, view_dict
 
 DEFAULT_PROMPT = ("Once upon a time, in a small village by the sea, there lived an old fisherman who told the same "
                   "story to every child who would listen.")
@@ -33,7 +33,7 @@ DIVERGING_DARK = ["#56B4E9", "#4A9BC9", "#3E82A8", "#336988", "#2C4A5E", "#2A2F3
                   "#B58233", "#E69F00", "#F5B83D"]   # the same hues around the dark page's own grey
 
 
-@example("kv-cache")
+@example
 def kv_cache_example(llm) -> dict:
     stepper = KVStepper(llm, DEFAULT_PROMPT)
     views = [view_dict(stepper.step()) for _ in range(4)]        # the prefill and three decode steps
@@ -51,11 +51,16 @@ def kv_rows(rows) -> np.ndarray:
     return np.array([[float(x) for x in r.split()] if isinstance(r, str) else r for r in rows], dtype=float)
 
 
-class KVCacheWidget(pn.viewable.Viewer):
-    def __init__(self, engine, prompt: str = DEFAULT_PROMPT, **params):
-        super().__init__(**params)
-        saved = load_example("kv-cache")
-        text, note = clip(reader_sentence(prompt), MAX_CHARS)
+@register
+class KVCacheWidget(Widget):
+    css = "kv"
+    live_text = "{model} on {device}, in a private engine of its own"
+    own_thread = True
+    prompt = param.String(default=DEFAULT_PROMPT, doc="the prompt the chapter prefills (the reader's sentence wins)")
+
+    def __init__(self, engine, **params):
+        super().__init__(engine, **params)
+        text, note = clip(reader_sentence(self.prompt), MAX_CHARS)
         self._box = pn.widgets.TextAreaInput(label="Your prompt", value=text, rows=2, max_length=MAX_CHARS,
                                              sizing_mode="stretch_width", css_classes=["kv-prompt"])
         self._prefill = pn.widgets.Button(label="Prefill", color="default", disabled=True, width=110,
@@ -64,7 +69,7 @@ class KVCacheWidget(pn.viewable.Viewer):
                                        css_classes=["kv-step"])
         self._prefill.on_click(lambda e: self._start())
         self._step.on_click(lambda e: self._request_step())
-        self._notes = html_pane(self._notes_html([note]), ["kv-notes"])
+        self.say(note)
         self._blocks = html_pane("", ["kv-blocks"])
         self._bytes = html_pane("", ["kv-bytes"])
         self._time = html_pane("", ["kv-time"])
@@ -72,32 +77,30 @@ class KVCacheWidget(pn.viewable.Viewer):
         self._t_fig, self._t_src = self._time_figure()
         self._t_pane = pn.pane.Bokeh(self._t_fig, sizing_mode="stretch_width", visible=False)
         self._stepper, self._views, self._wanted, self._clip_note = None, [], 0, None
-        self.gate = EngineGate(engine, lambda llm: self._start(),
-                               example=saved, live_text="{model} on {device}, in a private engine of its own")
-        self._runner = JobRunner(on_busy=self.gate.set_busy, own_thread=True, name="kv-cache")
-        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
-            pn.state.on_session_destroyed(lambda ctx: self._close())
+        self.on_page_close(self._close_stepper)
         stage = html_pane(f'<div class="kv-stage" tabindex="0" data-keys="{KEYS}" data-press=".kv-step" '
                           'aria-label="KV-cache stepper: press the right arrow or n to decode one token">'
                           "<b>Step</b> decodes one token: press the button, or <kbd>→</kbd> / <kbd>n</kbd> "
                           "while the widget has focus.</div>", ["kv-stage-pane"])
-        self._layout = pn.Column(
-            html_pane('<p class="w-title"><b>Live demo · the KV cache, one step at a time</b> — prefill your '
-                      "prompt, then decode token by token: each step adds one token's K and V to one slot of one "
-                      "block.</p>"),
+        self.layout = pn.Column(
+            self.title("<b>Live demo · the KV cache, one step at a time</b> — prefill your prompt, then decode "
+                       "token by token: each step adds one token's K and V to one slot of one block."),
             self.gate.pane, self._box, pn.FlexBox(self._prefill, self._step, flex_wrap="wrap"), stage,
-            self._notes, self._blocks, self._bytes,
+            self.notes, self._blocks, self._bytes,
             html_pane('<p class="w-small">The newest token\'s K and V, as stored in its slot: one row per layer, '
                       "64 numbers per KV head. Hover for the value.</p>"),
             pn.pane.Bokeh(self._kv_fig, sizing_mode="stretch_width"), self._time,
             self._t_pane,
             sizing_mode="stretch_width", css_classes=["kv-widget"])
-        if saved is not None and saved.data["prompt"] == text:
-            self._paint(saved.data["views"], saved.label, now=True)
+        if self.example is not None and self.example.data["prompt"] == text:
+            self._paint(self.example.data["views"], self.example.label, now=True)
         self.gate.start()
 
-    def __panel__(self):
-        return self._layout
+    def on_live(self, llm) -> None:
+        self._start()
+
+    def on_busy(self, busy: bool) -> None:
+        self.gate.set_busy(busy)
 
     # -- figures ----------------------------------------------------------------------------------
     def _kv_figure(self):
@@ -147,28 +150,26 @@ class KVCacheWidget(pn.viewable.Viewer):
         """A fresh private engine with the prompt prefilled (also when the engine first goes live)."""
         if not self.gate.live:
             return
-        text, note = clip((self._box.value or "").strip(), MAX_CHARS)
-        if not text:
-            self._notes.object = self._notes_html(["The prompt is empty: type a sentence first."])
+        prompt = self.read_prompt(self._box.value, MAX_CHARS)
+        if prompt is None:
             return
-        self._clip_note = note
-        self._notes.object = self._notes_html([note])
-        llm, old = self.gate.llm, self._stepper
-        self._stepper, self._wanted = None, 1
-        if old is not None:
-            old.close()
+        text, self._clip_note = prompt
+        self.say(self._clip_note)
+        llm = self.gate.llm
+        self._close_stepper()
+        self._wanted = 1
 
         def work(job):
             stepper = KVStepper(llm, text)
             stepper.step()
             return stepper
-        self._runner.submit(work, on_done=self._started, on_error=self.gate.error)
+        self.jobs.submit(work, on_done=self._started, on_error=self.gate.error)
 
     def _started(self, stepper: KVStepper) -> None:
         self._stepper = stepper
         if stepper.cut:
-            self._notes.object = self._notes_html([self._clip_note, f"Only the prompt's first {MAX_PROMPT_TOKENS} "
-                                                   f"tokens are used (the limit is {MAX_PROMPT_TOKENS})."])
+            self.say(self._clip_note, f"Only the prompt's first {MAX_PROMPT_TOKENS} tokens are used "
+                                      f"(the limit is {MAX_PROMPT_TOKENS}).")
         self._prefill.disabled = self._step.disabled = False
         self._paint([view_dict(v) for v in stepper.views], measured(stepper.llm.device_name))
 
@@ -177,11 +178,10 @@ class KVCacheWidget(pn.viewable.Viewer):
         if stepper is None or not self.gate.live:
             return
         if stepper.done:
-            self._notes.object = self._notes_html([f"That is {MAX_STEPS} decode steps, the most this demo runs: "
-                                                   "press Prefill to start again."])
+            self.say(f"That is {MAX_STEPS} decode steps, the most this demo runs: press Prefill to start again.")
             return
         self._wanted = min(self._wanted + 1, len(stepper.views) + MAX_QUEUED, MAX_STEPS + 1)
-        if not self._runner.busy:
+        if not self.jobs.busy:
             self._run_steps(stepper)
 
     def _run_steps(self, stepper: KVStepper) -> None:
@@ -198,14 +198,13 @@ class KVCacheWidget(pn.viewable.Viewer):
             self._paint(views, label)
             if stepper is self._stepper and len(stepper.views) < self._wanted and not stepper.done:
                 self._run_steps(stepper)               # presses that came while the last job was finishing
-        self._runner.submit(work, on_done=done, on_progress=lambda views: self._paint(views, label),
-                            on_error=self.gate.error)
+        self.jobs.submit(work, on_done=done, on_progress=lambda views: self._paint(views, label),
+                         on_error=self.gate.error)
 
-    def _close(self) -> None:
-        self._runner.close()
-        if self._stepper is not None:
-            self._stepper.close()
-            self._stepper = None
+    def _close_stepper(self) -> None:
+        stepper, self._stepper = self._stepper, None
+        if stepper is not None:
+            stepper.close()
 
     # -- view ---------------------------------------------------------------------------------------
     def _paint(self, views: list[dict], label: str, now: bool = False) -> None:
@@ -233,13 +232,9 @@ class KVCacheWidget(pn.viewable.Viewer):
             self._t_pane.visible = bool(decodes)
         draw() if now else pn.state.execute(draw, schedule=True)
 
-    @staticmethod
-    def _notes_html(notes) -> str:
-        return "".join(f'<p class="w-note">{esc(n)}</p>' for n in notes if n)
-
 
 def _smollm2():
-    from widgets.common.hardware import MODELS
+    from widgets.modelled.hardware import MODELS
     return MODELS["SmolLM2-135M"]
 
 
@@ -258,9 +253,3 @@ def bench(llm, repeat: int = 3) -> dict:
         runs["step_with_recompute_ms"].append((time.perf_counter() - t) * 1e3)
         stepper.close()
     return {k: round(median(v), 1) for k, v in runs.items()}
-
-
-@register("kv-cache")
-def make_kv_cache(engine, **args) -> KVCacheWidget:
-    """Factory for ``::: widget kv-cache {"prompt": ...}``."""
-    return KVCacheWidget(engine, **args)

@@ -1,4 +1,4 @@
-"""The engine side of the KV-cache stepper (chapter 12): one request in a private engine, stepped by hand.
+"""The engine side of the KV-cache widget (chapter 12): one request in a private engine, stepped by hand.
 
     prompt ──prefill──► K/V of P tokens in the cache ──step──► + K/V of 1 token ──step──► + 1 …
                         (first token sampled)                  (one slot of one block)
@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from widgets.common.sandboxes import sandbox
+from widgets.common.sandboxes import release, sandbox
 
 MAX_PROMPT_TOKENS = 96
 MAX_STEPS = 48
@@ -98,17 +98,11 @@ class KVStepper:
         state = self.engine.allocator_state()
         table, bs = state.tables[REQUEST], state.block_size
         slots = [(table[p // bs], p % bs) for p in range(len(cached))]
-        block, offset = slots[-1]
-        k_rows, v_rows, size = [], [], 0
-        for layer in range(self.llm.config.num_layers):
-            k_cache, v_cache = self.engine.kv_cache.layer(layer)   # [blocks, block_size, kv_heads, head_dim]
-            k_rows.append(k_cache[block, offset].flatten().float().tolist())
-            v_rows.append(v_cache[block, offset].flatten().float().tolist())
-            size = k_cache.element_size()
+        k, v = self.engine.cached_kv(*slots[-1])           # what sits in the newest token's slot, every layer
         tok = self.llm.tokenizer
         return StepView(step, "prefill" if step == 0 else "decode", self._num_prompt, new_positions, list(cached),
                         [tok.decode([i]) for i in cached], (token, tok.decode([token])), list(table), slots,
-                        state.num_blocks, bs, size, k_rows, v_rows, ms)
+                        state.num_blocks, bs, self.engine.kv_bytes_per_value, k.tolist(), v.tolist(), ms)
 
     def _recompute(self, ids: list[int], step: int) -> tuple[float, int]:
         """What a loop without a cache does for this token: every token so far through the model."""
@@ -121,5 +115,5 @@ class KVStepper:
     def close(self) -> None:
         """Free both private engines' KV memory now (their page's end would too)."""
         with self._lock:
-            self.engine.free()
-            self._scratch.free()
+            release(self.engine, "kv-cache")
+            release(self._scratch, "kv-cache recompute")

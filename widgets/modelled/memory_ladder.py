@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from widgets.common.hardware import GPU, KV_MEMORY_FRACTION
+from widgets.modelled.hardware import GPU, KV_MEMORY_FRACTION
 
 # Boost clocks, derived from each datasheet's FP32 peak = SMs × FP32 lanes per SM × 2 FLOP × clock:
 # H100 SXM and H200 67 TFLOP/s over 132 SMs × 128 lanes -> 1.98 GHz; A100 19.5 TFLOP/s over 108 × 64 -> 1.41 GHz.

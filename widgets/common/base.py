@@ -1,0 +1,128 @@
+"""Widget: what every widget does the same way, written once.
+
+    @register
+    class KVCacheWidget(Widget):                          # widgets/kv_cache/widget.py: directive "kv-cache"
+        css = "kv"                                        # its CSS prefix: notes pane .kv-notes, .kv-progress
+        live_text = "{model} on {device}, in a private engine of its own"
+
+        def __init__(self, engine, prompt: str = DEFAULT_PROMPT, **params):
+            super().__init__(engine, **params)           # example, gate, jobs, notes: ready to use
+            self.box = ...
+            self.run = self.run_button("Prefill", self.start)
+            self.layout = pn.Column(self.title("..."), self.gate.pane, self.box, self.run, self.notes, ...)
+            self.paint_example()                          # the saved first example, at once
+            self.gate.start()                             # last: on_live may use everything above
+
+        def on_live(self, llm): ...                       # once, when the shared model is ready
+
+What the base owns:
+
+* ``self.example``  the saved first example (``example.json`` in the widget's folder), or None.
+* ``self.gate``     the status line and "call ``on_live(llm)`` once the model is loaded" (gate.py).
+* ``self.jobs``     the widget's background work: debounce, supersede, cancel, closed with the page
+                    (jobs.py). Its busy state drives the gate's "Computing…" and every run button.
+* ``self.notes``    notes under the inputs; ``self.say(*notes, progress=...)`` writes them, escaped.
+* ``run_button``    a button that reads "Stop" (and stops the work) while a job runs.
+* ``read_prompt``   the text of a box, clipped to its limit with a note; None (and a note) if empty.
+* ``on_page_close`` clean-up for when the reader leaves: ``close()`` runs it, once, with the job runner's.
+"""
+from __future__ import annotations
+
+from typing import Callable, ClassVar
+
+import panel as pn
+
+from widgets.common.examples import Example, load_example
+from widgets.common.gate import EngineGate, in_session
+from widgets.common.jobs import JobRunner
+from widgets.common.registry import directive_of
+from widgets.common.text import clip, esc
+from widgets.common.theme import html_pane
+
+
+def notes_html(notes, progress: str = "", css: str = "w") -> str:
+    """Each non-empty note as one escaped line, then an optional progress line (announced to screen readers)."""
+    out = "".join(f'<p class="w-note">{esc(n)}</p>' for n in notes if n)
+    return out + (f'<p class="w-small {css}-progress" aria-live="polite">{esc(progress)}</p>' if progress else "")
+
+
+class Widget(pn.viewable.Viewer):
+    css: ClassVar[str] = "w"                      # the widget's CSS prefix (assets/widgets.css)
+    live_text: ClassVar[str] = "computed by {model} on {device} as you change the inputs"
+    own_thread: ClassVar[bool] = False            # long jobs (a generation) get a thread each, not the pool
+    empty_prompt: ClassVar[str] = "The prompt is empty: type a sentence first."
+
+    def __init__(self, engine, **params):
+        super().__init__(**params)
+        self.example: Example | None = load_example(self.directive())
+        self.notes = html_pane("", [f"{self.css}-notes"])
+        self.gate = EngineGate(engine, self.on_live, example=self.example, live_text=self.live_text)
+        self.jobs = JobRunner(on_busy=self.on_busy, own_thread=self.own_thread, name=self.directive())
+        self._run_buttons: list[tuple[pn.widgets.Button, str]] = []
+        self._closers: list[Callable[[], None]] = []
+        self._closed = False
+        if in_session():       # the websocket's close is immediate; Bokeh's session sweep comes ~17 s later
+            pn.state.on_session_destroyed(lambda _ctx: self.close())
+            pn.state.curdoc.on_event("connection_lost", lambda _event: self.close())
+
+    @classmethod
+    def directive(cls) -> str:
+        return directive_of(cls.__module__)
+
+    def __panel__(self):
+        return self.layout
+
+    # -- what a widget overrides ------------------------------------------------------------------
+    def on_live(self, llm) -> None:
+        """The shared model is loaded (once, on the session's event loop): enable inputs, compute."""
+
+    def on_busy(self, busy: bool) -> None:
+        """A job started (True) or ended (False): the status line and the run buttons follow."""
+        self.gate.set_busy(busy)
+        for button, label in self._run_buttons:
+            button.label = "Stop" if busy else label
+            button.color = "warning" if busy else "primary"
+
+    def stop(self) -> None:
+        """Stop pressed: cancel the running job (a widget that keeps partial results overrides this)."""
+        self.jobs.cancel()
+
+    # -- shared pieces ----------------------------------------------------------------------------
+    def say(self, *notes: str | None, progress: str = "") -> None:
+        self.notes.object = notes_html(notes, progress, self.css)
+
+    def run_button(self, label: str, on_run: Callable[[], None], **kw) -> pn.widgets.Button:
+        """A primary button that starts the widget's work, and reads "Stop" while it runs (a press then
+        calls ``stop()``). Disabled until the model is live unless ``disabled=False`` is given."""
+        kw.setdefault("disabled", True)
+        kw.setdefault("css_classes", [f"{self.css}-run"])
+        button = pn.widgets.Button(label=label, color="primary", **kw)
+        button.on_click(lambda _event: self.stop() if self.jobs.busy else on_run())
+        self._run_buttons.append((button, label))
+        return button
+
+    def read_prompt(self, text: str | None, limit: int, empty: str | None = None) -> tuple[str, str | None] | None:
+        """(text clipped to ``limit`` characters, the note saying so or None); None after saying ``empty``
+        when there is nothing but whitespace."""
+        clipped, note = clip((text or "").strip(), limit)
+        if not clipped:
+            self.say(empty or self.empty_prompt)
+            return None
+        return clipped, note
+
+    def on_page_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the reader leaves (the session ends) or the widget is closed, whichever is first."""
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.jobs.close()
+        for fn in self._closers:
+            fn()
+
+    @staticmethod
+    def title(html: str) -> pn.pane.HTML:
+        """The widget's one-line heading (trusted markup written in the widget, never reader text)."""
+        return html_pane(f'<p class="w-title">{html}</p>')

@@ -1,0 +1,1 @@
+"""`kv-cache` (chapter 12): widget.py (Panel) → view.py (HTML) → compute.py (the private engine it steps)."""
