@@ -1,24 +1,44 @@
-"""A small LLM inference engine, written to be read: see README.md, docs/ARCHITECTURE.md and the chapters."""
-from .bench.recorded import load_recorded
-from .bench.serve_sim import PATTERNS, ServeRun, SimRequest, make_workload, serve_workload, workload_lengths
-from .bench.serve_sim import PATTERNS as SERVING_PATTERNS
-from .config import EngineConfig, ModelConfig
+"""A small LLM inference engine, written to be read: see README.md, docs/ARCHITECTURE.md and the chapters.
+
+The public API. The benchmarks' workload helpers (engine/bench/) are reachable from here for the
+widgets, but `import engine` does not load them: they are imported on first use (__getattr__).
+"""
+from importlib import import_module
+
+from .config import EngineConfig, ModelConfig, SpeculativeConfig
 from .core.step_trace import ScheduledEntry, StepRecord
-from .engine_loop import EngineClosed, LoopStats
 from .distributed import ParallelStep, ideal_bubble, parallel_layout, tensor_parallel_sizes
+from .engine_loop import EngineClosed
 from .llm import LLM
 from .loader.tokenizer import gpt2_tokenizer
 from .loader.weights import WeightsError
+from .loop_stats import LoopStats
 from .model.sampler import filter_logits, sampling_probs
 from .outputs import RequestMetrics, RequestOutput, StreamEvent
-from .sandbox import SandboxFreed
 from .sampling_params import SamplingParams
-from .spec_decode import SpecDecodeStats, SpeculativeConfig, expected_speedup, expected_tokens_per_pass
+from .sandbox import SandboxFreed
+from .spec_decode import SpecDecodeStats, expected_speedup, expected_tokens_per_pass
 
-__all__ = ["LLM", "SamplingParams", "EngineConfig", "ModelConfig", "RequestOutput", "RequestMetrics",
-           "StreamEvent", "WeightsError", "StepRecord", "ScheduledEntry", "gpt2_tokenizer",
-           "filter_logits", "sampling_probs", "load_recorded", "LoopStats",
-           "SERVING_PATTERNS", "workload_lengths",
+_FROM_BENCH = {   # name -> (module in engine/bench/, its name there)
+    "load_recorded": ("recorded", "load_recorded"),
+    "SERVING_PATTERNS": ("serve_sim", "PATTERNS"),
+    "workload_lengths": ("serve_sim", "workload_lengths"),
+    "make_workload": ("serve_sim", "make_workload"),
+    "serve_workload": ("serve_sim", "serve_workload"),
+    "SimRequest": ("serve_sim", "SimRequest"),
+    "ServeRun": ("serve_sim", "ServeRun"),
+}
+
+
+def __getattr__(name: str):
+    if name in _FROM_BENCH:
+        module, attr = _FROM_BENCH[name]
+        return getattr(import_module(f"{__name__}.bench.{module}"), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["LLM", "SamplingParams", "EngineConfig", "ModelConfig", "SpeculativeConfig",
+           "RequestOutput", "RequestMetrics", "StreamEvent", "WeightsError", "SandboxFreed", "EngineClosed",
+           "StepRecord", "ScheduledEntry", "LoopStats", "gpt2_tokenizer", "filter_logits", "sampling_probs",
            "ParallelStep", "ideal_bubble", "parallel_layout", "tensor_parallel_sizes",
-           "SpeculativeConfig", "SpecDecodeStats", "expected_tokens_per_pass", "expected_speedup",
-           "PATTERNS", "SimRequest", "ServeRun", "make_workload", "serve_workload", "SandboxFreed", "EngineClosed"]
+           "SpecDecodeStats", "expected_tokens_per_pass", "expected_speedup", *_FROM_BENCH]

@@ -107,7 +107,7 @@ def read_prompt(args) -> str:
 def speculative_config(args) -> dict | None:
     """The speculative_config the flags describe (None without --speculative-method), checked here so
     that a mistake names the flag."""
-    from .spec_decode.config import SpeculativeConfig
+    from .config import SpeculativeConfig
     given = {field: getattr(args, flag[2:].replace("-", "_")) for field, flag in SPEC_FLAGS.items()}
     given = {field: value for field, value in given.items() if value is not None}
     if not given:

@@ -25,7 +25,6 @@ readers may look at without asking the loop anything: the live dashboard reads o
 """
 from __future__ import annotations
 
-import asyncio
 import atexit
 import concurrent.futures
 import dataclasses
@@ -36,13 +35,13 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .llm_engine import LLMEngine
+from .loop_stats import LoopStats, TokenRate
 from .outputs import RequestOutput, StreamEvent
 from .sampling_params import SamplingParams
-from .core.step_trace import StepRecord
 
 _LOOPS: "weakref.WeakSet[EngineLoop]" = weakref.WeakSet()
 
@@ -52,42 +51,6 @@ def _close_all_loops() -> None:
     """On the way out (a server's SIGTERM, sys.exit): stop each loop between two steps."""
     for loop in list(_LOOPS):
         loop.close()
-
-
-@dataclass(slots=True, frozen=True)
-class LoopStats:
-    """The shared engine at its latest step (or command), for dashboards: plain numbers, no engine objects."""
-    steps: int = 0                        # steps run so far
-    tokens: int = 0                       # tokens computed (prompt + generated) so far
-    generated: int = 0                    # tokens generated so far
-    preemptions: int = 0
-    prefix_query_tokens: int = 0          # prompt tokens looked up in the prefix cache, and found there
-    prefix_hit_tokens: int = 0
-    num_running: int = 0
-    num_waiting: int = 0
-    num_swapped: int = 0
-    num_blocks: int = 0
-    num_free_blocks: int = 0
-    budget: int = 0                       # the step's token budget (max_num_batched_tokens)
-    tokens_per_s: float = 0.0             # generated tokens per second over the last few seconds
-    last: StepRecord | None = None        # the latest step's record (its batch, its token use)
-    updated_s: float = 0.0                # time.monotonic() of this snapshot
-
-    @classmethod
-    def of(cls, engine, old: "LoopStats | None" = None, generated: int = 0, now: float = 0.0) -> "LoopStats":
-        """The engine now, with the running totals of `old` carried on (the latest step added once)."""
-        old = old or cls()
-        sched, pool = engine.scheduler, engine.block_manager.pool
-        last = engine.trace.records[-1] if engine.trace.records else None
-        new = last is not None and last is not old.last
-        return cls(
-            steps=engine.trace.num_steps, tokens=old.tokens + (last.num_batched_tokens if new else 0),
-            generated=old.generated + generated, preemptions=old.preemptions + (len(last.preempted) if new else 0),
-            prefix_query_tokens=old.prefix_query_tokens + (last.prefix_query_tokens if new else 0),
-            prefix_hit_tokens=old.prefix_hit_tokens + (last.prefix_hit_tokens if new else 0),
-            num_running=len(sched.running), num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
-            num_blocks=pool.num_blocks, num_free_blocks=pool.num_free,
-            budget=engine.config.max_num_batched_tokens, tokens_per_s=old.tokens_per_s, last=last, updated_s=now)
 
 
 @dataclass(slots=True)
@@ -123,7 +86,7 @@ class EngineLoop:
         self._closed = False
         self.failure: str | None = None                         # why the loop thread ended, if it did
         self.stats = LoopStats()
-        self._recent: list[tuple[float, int]] = []              # (time, generated) of the last steps
+        self._rate = TokenRate()
         self._publish()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -204,27 +167,12 @@ class EngineLoop:
         for item in self._items(self.submit(prompt, params, prompt_text)):
             yield item.event
 
-    async def astream(self, prompt: str | list[int], params: SamplingParams,
-                      prompt_text: str | None = None) -> AsyncIterator[StreamEvent]:
-        """stream() for asyncio code: waiting for the next token happens off the event loop."""
-        sub = self.submit(prompt, params, prompt_text)
-        items = self._items(sub)
-        aloop = asyncio.get_running_loop()
-        try:
-            while (item := await aloop.run_in_executor(None, next, items, None)) is not None:
-                yield item.event
-        finally:
-            if items.gi_running:           # cancelled while a worker waits for the next token: wake it
-                self._call_if_open(lambda: self.engine.abort(sub.request_id))
-                sub.items.put(LoopItem(None, error=asyncio.CancelledError()))
-            else:
-                items.close()              # stopped early: _items aborts the request
-
     def generate(self, prompts: list[tuple[str | list[int], str | None]], params: SamplingParams) -> list[RequestOutput]:
         """Submit every prompt at once, so they are batched together; n outputs per prompt, in order."""
         subs = []
         try:
-            subs = [self.submit(p, params, text) for p, text in prompts]
+            for p, text in prompts:          # one by one: a refused prompt leaves the earlier ones listed
+                subs.append(self.submit(p, params, text))
             outputs = []
             for sub in subs:
                 done = {item.event.request_id: item.output for item in self._items(sub) if item.event.finished}
@@ -319,9 +267,7 @@ class EngineLoop:
         """Fail the requests the broken step was running (its state may be half-updated); requests still
         waiting to be admitted never ran and are kept, so the loop goes on serving them."""
         traceback.print_exception(exc, file=sys.stderr)
-        sched = self.engine.scheduler
-        touched = {seq.request_id for seq in (*sched.running.values(), *sched.swapped)}
-        touched |= {seq.request_id for seq in sched.waiting if seq.num_computed_tokens}
+        touched = self.engine.started_request_ids()
         if not touched:                  # nothing was running: the step was admitting the waiting ones
             touched = set(self.engine.unfinished_request_ids())
         for request_id in touched:
@@ -335,9 +281,5 @@ class EngineLoop:
         """Refresh `stats` (a few attribute reads). `generated`: tokens the step just produced."""
         old, now = self.stats, time.monotonic()
         new = LoopStats.of(self.engine, old, generated, now=now)
-        if new.last is not old.last:
-            self._recent = [(t, g) for t, g in self._recent if now - t < 5.0] + [(now, new.generated)]
-        t0, g0 = self._recent[0] if self._recent else (now, new.generated)
-        fresh = self._recent and self._recent[-1][0] > now - 2.0      # idle for 2 s: 0 tokens/s
-        rate = (new.generated - g0) / (now - t0) if fresh and now - t0 > 0.2 else 0.0
+        rate = self._rate.update(new, stepped=new.last is not old.last)
         self.stats = dataclasses.replace(new, tokens_per_s=rate)

@@ -1,15 +1,24 @@
 """Look inside one forward pass: every intermediate the chapters talk about, for the widgets.
 
-Runs the reference path (contiguous KV, float math) over one text and keeps, per layer, the hidden
-state entering it, q/k/v after RoPE, the attention probabilities, and the MLP's gated activations.
-Hooks observe the ordinary forward pass, so what you see is exactly what generation computes.
+Runs the reference path (contiguous KV, float math) over one text and keeps, per layer, each stage of
+the block as the model computed it:
+
+    x ─► RMSNorm ─► attention ─► (+) ─► RMSNorm ─► w1 (gate), w3 (up) ─► silu(gate)·up ─► w2 ─► (+) ─► next x
+    hidden_states  attention_in  attention_out  mid_states  mlp_in  gate, up  mlp_activations  mlp_out
+                   q, k, v, attention (the probabilities)
+
+and, for the logit lens, ``logit_lens(position)``: the final RMSNorm and the LM head applied to the
+stream after each layer. Hooks observe the ordinary forward pass, so what you see is exactly what
+generation computes; a widget reads these records instead of running the model's layers itself.
+Everything is float32 on the CPU: about 1.3 MB a token (a 64-token pass holds ~80 MB, half of it the
+MLP's three [T, 1536] records per layer and the logits).
 The model is shared: the engine loop (and widgets' private engines) may run forward passes on other
 threads while the hooks are in place, so each hook records only on the thread that called inspect().
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,8 +35,25 @@ class Inspection:
     k: torch.Tensor                # [layers, T, kv_heads, head_dim], RoPE applied
     v: torch.Tensor                # [layers, T, kv_heads, head_dim]
     attention: torch.Tensor        # [layers, heads, T, T]: row i = how query token i spreads its attention
-    mlp_activations: torch.Tensor  # [layers, T, intermediate]: silu(w1 x) * w3 x, the input of w2
+    attention_in: torch.Tensor     # [layers, T, hidden]: RMSNorm(x), what attention reads
+    attention_out: torch.Tensor    # [layers, T, hidden]: wo · (the heads' mixed values), what attention adds
+    mid_states: torch.Tensor       # [layers, T, hidden]: h = x + attention_out, the stream between the two adds
+    mlp_in: torch.Tensor           # [layers, T, hidden]: RMSNorm(h), what the MLP reads
+    gate: torch.Tensor             # [layers, T, intermediate]: w1 · mlp_in, before SiLU
+    up: torch.Tensor               # [layers, T, intermediate]: w3 · mlp_in
+    mlp_activations: torch.Tensor  # [layers, T, intermediate]: silu(gate) * up, the input of w2
+    mlp_out: torch.Tensor          # [layers, T, hidden]: w2 · mlp_activations, what the MLP adds (h + it = next x)
     logits: torch.Tensor           # [T, vocab]: row i predicts token i + 1
+    _model: Llama = field(repr=False, compare=False)  # for logit_lens: the final norm and the LM head
+
+    @torch.inference_mode()
+    def logit_lens(self, position: int) -> torch.Tensor:
+        """[layers + 1, vocab]: the final RMSNorm and the LM head applied to the stream of ``position``
+        after each layer (row 0: the embedding) — what the model would predict if it stopped there.
+        The last row is the model's own logits for that position."""
+        w = self._model.embed.weight
+        stream = self.hidden_states[:, position].to(w.device, w.dtype)
+        return self._model.compute_logits(self._model.norm(stream)).float().cpu()
 
 
 class _RecordingKV(ContiguousKV):
@@ -48,18 +74,35 @@ def inspect(model: Llama, tokenizer: TextTokenizer, text: str, max_tokens: int =
         raise ValueError("nothing to inspect: the text has no tokens")
     device = model.embed.weight.device
     kv = _RecordingKV(model.config.num_layers)
-    hidden, acts = [], []
+    names = ("hidden", "attention_in", "attention_out", "mid", "mlp_in", "gate", "up", "acts", "mlp_out")
+    seen: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     me = threading.get_ident()
 
     def ours(record):          # a hook that ignores forward passes running on other threads
         return lambda *args: record(*args) if threading.get_ident() == me else None
 
-    hooks = [model.embed.register_forward_hook(ours(lambda m, i, o: hidden.append(o.float().cpu())))]
+    def keep(name: str, tensor: torch.Tensor) -> None:
+        seen[name].append(tensor.float().cpu())
+
+    def block_out(m, i, o) -> None:      # (returning anything would replace the block's output)
+        keep("mlp_out", o[0])
+        keep("mid", o[1])
+        keep("hidden", o[0] + o[1])
+
+    hooks = [model.embed.register_forward_hook(ours(lambda m, i, o: keep("hidden", o)))]
     for block in model.layers:
-        # A block returns (mlp_out, residual): its output, the next block's input, is their sum (which
-        # the next RMSNorm adds, in the model's dtype, exactly as here).
-        hooks.append(block.register_forward_hook(ours(lambda m, i, o: hidden.append((o[0] + o[1]).float().cpu()))))
-        hooks.append(block.mlp.w2.register_forward_pre_hook(ours(lambda m, i: acts.append(i[0].float().cpu()))))
+        a, mlp = block.attention, block.mlp
+        # Attention(layer, RMSNorm(x), cos, sin, backend) -> wo · heads: the norm is its second argument.
+        hooks.append(a.register_forward_pre_hook(ours(lambda m, i: keep("attention_in", i[1]))))
+        hooks.append(a.register_forward_hook(ours(lambda m, i, o: keep("attention_out", o))))
+        hooks.append(mlp.register_forward_pre_hook(ours(lambda m, i: keep("mlp_in", i[0]))))
+        hooks.append(mlp.w1.register_forward_hook(ours(lambda m, i, o: keep("gate", o))))
+        hooks.append(mlp.w3.register_forward_hook(ours(lambda m, i, o: keep("up", o))))
+        hooks.append(mlp.w2.register_forward_pre_hook(ours(lambda m, i: keep("acts", i[0]))))
+        # A block returns (mlp_out, h): h = x + attention is the residual stream between its two adds, and
+        # its output, the next block's input, is their sum (which the next RMSNorm adds, in the model's
+        # dtype, exactly as here).
+        hooks.append(block.register_forward_hook(ours(block_out)))
     try:
         out = model(torch.tensor(ids, device=device), torch.arange(len(ids), device=device), kv)
         logits = model.compute_logits(out).cpu()
@@ -67,8 +110,11 @@ def inspect(model: Llama, tokenizer: TextTokenizer, text: str, max_tokens: int =
         for h in hooks:
             h.remove()
     stack = lambda xs: torch.stack([x.float().cpu() for x in xs])  # noqa: E731
+    rec = {name: torch.stack(xs) for name, xs in seen.items()}
     return Inspection(
-        tokens=[tokenizer.decode([i]) for i in ids], token_ids=ids, hidden_states=torch.stack(hidden),
+        tokens=[tokenizer.decode([i]) for i in ids], token_ids=ids, hidden_states=rec["hidden"],
         q=stack(kv.q), k=stack(kv.k), v=stack(kv.v), attention=stack(kv.probs),
-        mlp_activations=torch.stack(acts), logits=logits,
+        attention_in=rec["attention_in"], attention_out=rec["attention_out"], mid_states=rec["mid"],
+        mlp_in=rec["mlp_in"], gate=rec["gate"], up=rec["up"], mlp_activations=rec["acts"], mlp_out=rec["mlp_out"],
+        logits=logits, _model=model,
     )

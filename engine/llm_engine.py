@@ -7,8 +7,11 @@ One step, and the record handed across each boundary (engine/core/records.py):
     which blocks                                pass, one sample per sampling row
 
     Scheduler.update_from_output()  ──SequenceOutput──►  OutputProcessor  ──►  StreamEvents
-    advance, append, fork, free                          text, stop strings,    + a StepRecord
+    advance, append, fork, free     ◄──stopped seq ids──  text, stop strings,    + a StepRecord
                                                          metrics, outputs          in the trace
+
+The output processor never calls the scheduler: the sequences a stop string ended come back to
+step(), which asks the scheduler to finish them; the scheduler stays the one owner of sequence state.
 
 The engine is not thread-safe: one thread calls add_request / step / abort (LLM runs a loop thread
 for that and feeds streams from it).
@@ -16,34 +19,53 @@ for that and feeds streams from it).
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
 
 import torch
-from collections.abc import Hashable
 
 from .config import EngineConfig
 from .core.block_manager import AllocatorState, BlockManager
 from .core.records import ModelRunnerOutput, SchedulerOutput
 from .core.scheduler import Scheduler
-from .core.sequence import Sequence, SequenceStatus
+from .core.sequence import Sequence
 from .core.static_batching import StaticBatchScheduler
 from .core.step_trace import ScheduledEntry, StepRecord, StepTrace
 from .model.llama import Llama
 from .output_processor import OutputProcessor
-from .spec_decode.factory import make_proposer
-from .spec_decode.stats import SpecDecodeStats
 from .outputs import RequestOutput, StreamEvent
 from .sampling_params import SamplingParams
-from .worker.kv_cache import KVCache
+from .spec_decode.factory import make_speculator
+from .spec_decode.proposer import Proposer
+from .spec_decode.stats import SpecDecodeStats
+from .worker.kv_cache import KVCache, bytes_per_block
 from .worker.memory import plan_kv_cache
 from .worker.model_runner import ModelRunner
+
+
+@dataclass(slots=True, frozen=True)
+class EngineCounts:
+    """The engine between two steps, in plain numbers: for a loop or a dashboard that must not reach
+    into the scheduler or the block pool."""
+    steps: int                        # steps run so far
+    num_running: int
+    num_waiting: int
+    num_swapped: int
+    num_blocks: int
+    num_free_blocks: int
+    budget: int                       # the step's token budget (max_num_batched_tokens)
+    last: StepRecord | None           # the latest step's record
 
 
 class LLMEngine:
     def __init__(self, model: Llama, config: EngineConfig | None = None, tokenizer=None,
                  static_batching: bool = False, scheduler_cls: type[Scheduler] | None = None,
-                 runner_factory=None, draft_model: Llama | None = None):
+                 runner_factory=None, draft_model: Llama | None = None, proposer: Proposer | None = None,
+                 eos_token_ids: Iterable[int] | None = None):
         """`runner_factory`: tensor/pipeline parallel executors (engine/distributed); `draft_model`: the
-        loaded draft for speculative_config {"method": "draft_model", ...}."""
+        loaded draft for speculative_config {"method": "draft_model", ...}; `proposer`: one to use
+        instead of the one speculative_config names (an oracle, in the tests and `bench spec`);
+        `eos_token_ids`: the tokens that end a sequence (default: the model's and the tokenizer's EOS)."""
         self.model, self.tokenizer = model, tokenizer
         self.config = config = config or EngineConfig()
         weight = model.embed.weight
@@ -53,9 +75,10 @@ class LLMEngine:
             spec.check_against(model.config.num_layers)
             if static_batching or (scheduler_cls is not None and issubclass(scheduler_cls, StaticBatchScheduler)):
                 raise ValueError("speculative decoding runs with continuous batching only, not static batching")
+            if runner_factory is not None:
+                raise ValueError("speculative decoding runs in one process, not with tensor/pipeline parallel workers")
         draft_bytes = 0
         if draft_model is not None:
-            from .worker.kv_cache import bytes_per_block
             draft_bytes = bytes_per_block(draft_model.config, config.block_size, draft_model.embed.weight.dtype)
         self.kv_plan = plan_kv_cache(model, config, extra_bytes_per_block=draft_bytes)
         self.max_model_len = self.kv_plan.max_model_len
@@ -65,29 +88,19 @@ class LLMEngine:
             self.kv_cache = KVCache(model.config, num_blocks, config.block_size, self.dtype, self.device, num_swap)
             self.runner = ModelRunner(model, self.kv_cache, config.max_num_batched_tokens, config.max_num_seqs,
                                       self.max_model_len, cuda_graphs=not config.enforce_eager)
+            # made second: a proposer drafts through this runner's model, KV cache and input preparation
+            self.runner.speculator = make_speculator(spec, self.runner, draft_model, num_swap, proposer)
         else:   # tensor/pipeline parallel (engine/distributed): rank 0's executor, which drives every rank
             self.runner = runner_factory(num_blocks, num_swap, config.block_size)
             self.kv_cache = self.runner.kv_cache      # rank 0's shard of the cache
-        stop = {model.config.eos_token_id, getattr(tokenizer, "eos_token_id", None)}
+        if eos_token_ids is None:
+            eos_token_ids = {model.config.eos_token_id, getattr(tokenizer, "eos_token_id", None)} - {None}
         scheduler_cls = scheduler_cls or (StaticBatchScheduler if static_batching else Scheduler)
-        self.scheduler = scheduler_cls(config, self.block_manager, self.max_model_len,
-                                       frozenset(i for i in stop if i is not None))
-        if spec is not None:
-            if runner_factory is not None:
-                raise ValueError("speculative decoding runs in one process, not with tensor/pipeline parallel workers")
-            self.runner.speculator.proposer = make_proposer(spec, self.runner, draft_model, num_swap)
-        self.output_processor = OutputProcessor(tokenizer, self.scheduler)
+        self.scheduler = scheduler_cls(config, self.block_manager, self.max_model_len, frozenset(eos_token_ids))
+        self.output_processor = OutputProcessor(tokenizer)
         self.trace = StepTrace(config.trace_capacity)
         self.spec_stats = SpecDecodeStats()       # every sampling pass of every sequence, since the start
         self._step = 0
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        return self.scheduler.eos_token_ids
-
-    @eos_token_ids.setter
-    def eos_token_ids(self, ids) -> None:
-        self.scheduler.eos_token_ids = frozenset(ids)
 
     # -- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None,
@@ -117,7 +130,8 @@ class LLMEngine:
         if prompt_len == 0:
             raise ValueError("the prompt must contain at least one token")
         if total > self.max_model_len:
-            raise ValueError(f"prompt ({prompt_len}) + max_tokens ({params.max_tokens}) exceeds max_model_len {self.max_model_len}")
+            raise ValueError(f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) exceeds the engine's "
+                             f"context, max_model_len {self.max_model_len}")
         if not self.config.enable_chunked_prefill and total > self.config.max_num_batched_tokens:
             # a preempted request re-prefills prompt + output in one step: it must fit one budget
             raise ValueError(f"without chunked prefill, prompt + max_tokens ({total}) must fit max_num_batched_tokens")
@@ -138,6 +152,13 @@ class LLMEngine:
     def unfinished_request_ids(self) -> list[str]:
         return list(self.output_processor.requests)
 
+    def started_request_ids(self) -> set[str]:
+        """Unfinished requests that have run in some step (running, swapped, or preempted with work
+        done): what a step that failed half-way may have left half-updated."""
+        s = self.scheduler
+        return ({seq.request_id for seq in (*s.running.values(), *s.swapped)}
+                | {seq.request_id for seq in s.waiting if seq.num_computed_tokens})
+
     def take_output(self, output_id: str) -> RequestOutput | None:
         """The RequestOutput of a finished (or aborted) sample, handed over once."""
         return self.output_processor.outputs.pop(output_id, None)
@@ -151,39 +172,48 @@ class LLMEngine:
         t1 = time.perf_counter()
         result = self.runner.execute(scheduled)
         t2 = time.perf_counter()
-        updates = self.scheduler.update_from_output(scheduled, result)
-        for update in updates:
-            self.spec_stats.add(update.verified, len(update.new_token_ids))
-        events, finished = self.output_processor.process(updates)
+        events, finished = self.process_output(scheduled, result)
         t3 = time.perf_counter()
         self._record(scheduled, result, finished, blocks_before, t0, t1 - t0, t3 - t2)
         return events
 
-    def _record(self, out: SchedulerOutput, result: ModelRunnerOutput, finished, blocks_before, start,
-                sched_s, output_s) -> None:
+    def process_output(self, scheduled: SchedulerOutput,
+                       result: ModelRunnerOutput) -> tuple[list[StreamEvent], list[str]]:
+        """The second half of a step: the scheduler takes the runner's tokens, the output processor
+        turns them into events; returns the events and the output ids that finished."""
+        updates = self.scheduler.update_from_output(scheduled, result)
+        for update in updates:
+            self.spec_stats.add(update.verified, len(update.new_token_ids))
+        events, stopped = self.output_processor.process(updates)
+        for seq_id in stopped:                         # a stop string, found in the text
+            self.scheduler.finish(seq_id, "stop")
+        finished = self.output_processor.release(self.scheduler.take_finished())
+        return events + self.output_processor.final_events(), finished
+
+    def _record(self, out: SchedulerOutput, result: ModelRunnerOutput, finished: list[str], blocks_before,
+                start: float, schedule_s: float, output_s: float) -> None:
         pool, s = self.block_manager.pool, self.scheduler
-        alloc, freed, shared, evicted = (now - then for now, then in zip(pool.counters(), blocks_before))
+        allocated, freed, shared, evicted = (now - then for now, then in zip(pool.counters(), blocks_before))
         verified = {v.seq_id: v for v in result.verified}
-        entries = [ScheduledEntry.of(r, verified.get(r.seq_id)) for r in out.scheduled]
-        verify = [e for e in entries if e.kind == "verify"]
         self.trace.append(StepRecord(
-            step=self._step, start_s=start, schedule_s=sched_s, prepare_s=result.prepare_s,
-            propose_s=result.propose_s, forward_s=result.forward_s, sample_s=result.sample_s, output_s=output_s,
-            gpu_forward_s=result.gpu_forward_s, gpu_sample_s=result.gpu_sample_s,
-            cuda_graph_batch=result.cuda_graph_batch,
-            entries=entries, num_batched_tokens=sum(e.num_tokens + e.num_draft_tokens for e in entries),
-            num_prefill_tokens=sum(e.num_tokens for e in entries if e.kind == "prefill"),
-            num_decode_tokens=sum(e.num_tokens for e in entries if e.kind == "decode"),
-            num_padding_tokens=sum(e.num_tokens for e in entries if e.padding),
-            num_verify_tokens=sum(e.num_tokens + e.num_draft_tokens for e in verify),
-            num_draft_tokens=sum(e.num_draft_tokens for e in verify),
-            num_accepted_tokens=sum(e.num_accepted_tokens for e in verify),
+            step=self._step, start_s=start, schedule_s=schedule_s, output_s=output_s,
+            prepare_s=result.prepare_s, propose_s=result.propose_s, forward_s=result.forward_s,
+            sample_s=result.sample_s, gpu_forward_s=result.gpu_forward_s, gpu_sample_s=result.gpu_sample_s,
+            cuda_graph_batch=result.cuda_graph_batch, parallel=result.parallel,
+            entries=[ScheduledEntry.of(r, verified.get(r.seq_id)) for r in out.scheduled],
             preempted=list(out.preempted), swapped_in=list(out.swapped_in), finished=finished,
-            blocks_allocated=alloc, blocks_freed=freed, blocks_shared=shared, blocks_copied=len(out.blocks_to_copy),
-            blocks_evicted=evicted, num_free_blocks=pool.num_free, num_blocks=pool.num_blocks,
+            blocks_allocated=allocated, blocks_freed=freed, blocks_shared=shared,
+            blocks_copied=len(out.blocks_to_copy), blocks_evicted=evicted,
+            num_free_blocks=pool.num_free, num_blocks=pool.num_blocks,
             prefix_query_tokens=out.prefix_query_tokens, prefix_hit_tokens=out.prefix_hit_tokens,
-            num_running=len(s.running), num_waiting=len(s.waiting), num_swapped=len(s.swapped), parallel=result.parallel))
+            num_running=len(s.running), num_waiting=len(s.waiting), num_swapped=len(s.swapped)))
         self._step += 1
+
+    def snapshot(self) -> EngineCounts:
+        """Queues, KV blocks and the latest step's record, read between steps."""
+        s, pool = self.scheduler, self.block_manager.pool
+        return EngineCounts(self.trace.num_steps, len(s.running), len(s.waiting), len(s.swapped),
+                            pool.num_blocks, pool.num_free, self.config.max_num_batched_tokens, self.trace.last)
 
     def close(self) -> None:
         """Stop what the engine started: a parallel engine's worker processes (nothing otherwise)."""
@@ -216,7 +246,3 @@ class LLMEngine:
 
     def num_free_blocks(self) -> int:
         return self.block_manager.num_free_blocks
-
-    def sequence_status(self, output_id: str) -> SequenceStatus | None:
-        seq = self.scheduler.seqs.get(self.output_processor.names.get(output_id, -1))
-        return seq.status if seq is not None else None

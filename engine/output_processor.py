@@ -3,10 +3,12 @@
     SequenceOutput(seq 7, [1542])      ─► detokenize (a short window) ─► stop strings ─► StreamEvent
     FinishedSequence(seq 7, "stop")    ─► RequestOutput (text, token ids, metrics), for take_output()
 
-A stop string is found here, not in the scheduler (it takes text), and the processor asks the
-scheduler to stop that sequence: the scheduler stays the only owner of sequence state. The event
-that ends a request is handed out when its sequence is freed: at once under continuous batching,
-when the whole batch ends under static batching (the reader waits for the batch, as they would).
+A stop string is found here, not in the scheduler (it takes text). The processor holds no
+scheduler: process() returns the sequences a stop string ended, LLMEngine.step() asks the scheduler
+to finish them, and the sequences the scheduler then frees come back through release() (vLLM's
+OutputProcessor returns `reqs_to_abort` the same way). The event that ends a request is handed out
+when its sequence is freed: at once under continuous batching, when the whole batch ends under
+static batching (the reader waits for the batch, as they would).
 """
 from __future__ import annotations
 
@@ -44,20 +46,28 @@ class SampleState:
         return self.detok.emitted_text if self.detok is not None else ""
 
 
+@dataclass(slots=True)
+class RequestState:
+    """One request's samples: the sequences not yet freed, and how many forks are still to come (a
+    request with n samples runs as one sequence until its prompt is done, then forks n - 1 siblings)."""
+    seq_ids: set[int]
+    forks_to_come: int
+
+
 class OutputProcessor:
-    def __init__(self, tokenizer, scheduler):
-        self.tokenizer, self.scheduler = tokenizer, scheduler
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
         self.samples: dict[int, SampleState] = {}            # seq_id -> state, while unfinished
         self.names: dict[str, int] = {}                       # output id -> seq_id, while unfinished
-        self.requests: dict[str, list] = {}                   # request id -> [seq ids, forks still to come]
+        self.requests: dict[str, RequestState] = {}          # request id -> its samples, while unfinished
         self.outputs: OrderedDict[str, RequestOutput] = OrderedDict()
-        self._ready: list[StreamEvent] = []                   # final events of sequences freed between steps
+        self._final: list[StreamEvent] = []                   # final events of freed sequences, not handed out
 
     def add(self, seq_id: int, request_id: str, name: str, prompt: str | None, prompt_token_ids: list[int],
             params: SamplingParams, arrival_s: float) -> None:
         self._track(SampleState(name, request_id, prompt or "", prompt_token_ids, params, arrival_s,
                                 self._detokenizer(params)), seq_id)
-        self.requests[request_id] = [{seq_id}, params.n - 1]
+        self.requests[request_id] = RequestState({seq_id}, params.n - 1)
 
     def _detokenizer(self, params: SamplingParams) -> IncrementalDetokenizer | None:
         return IncrementalDetokenizer(self.tokenizer, params.stop) if self.tokenizer is not None else None
@@ -67,30 +77,29 @@ class OutputProcessor:
         self.names[state.name] = seq_id
 
     # -- one step ------------------------------------------------------------------------------
-    def process(self, outputs: list[SequenceOutput]) -> tuple[list[StreamEvent], list[str]]:
-        """Events for this step's tokens, then the final events of every sequence freed by now;
-        returns (events, output ids that finished)."""
+    def process(self, outputs: list[SequenceOutput]) -> tuple[list[StreamEvent], list[int]]:
+        """Events for this step's tokens, and the sequences a stop string ended (for the scheduler to
+        stop). A sample's last event waits until its sequence is freed (release, then final_events)."""
         now = time.perf_counter()
-        events = []
+        events, stopped = [], []
         for out in outputs:
             state = self.samples.get(out.seq_id) or self._forked(out)
             state.spec.add(out.verified, len(out.new_token_ids))
             events += self._tokens(state, out, now)
-        finished = self.release(self.scheduler.take_finished(), now)
-        events += self._ready
-        self._ready = []
-        return events, finished
+            if state.detok is not None and state.detok.stopped and out.finish_reason is None:
+                stopped.append(out.seq_id)
+        return events, stopped
 
     def _forked(self, out: SequenceOutput) -> SampleState:
         """A sibling sample's first output: it shares its parent's prompt and starts its own text."""
         parent = self.samples[out.parent_seq_id]
         request = self.requests[parent.request_id]
-        index = parent.params.n - request[1]         # siblings split off in order: 1, 2, ..., n - 1
+        index = parent.params.n - request.forks_to_come     # siblings split off in order: 1, 2, ..., n - 1
         state = SampleState(f"{parent.request_id}:{index}", parent.request_id, parent.prompt,
                             parent.prompt_token_ids, parent.params, parent.arrival_s, self._detokenizer(parent.params))
         self._track(state, out.seq_id)
-        request[0].add(out.seq_id)
-        request[1] -= 1
+        request.seq_ids.add(out.seq_id)
+        request.forks_to_come -= 1
         return state
 
     def _tokens(self, state: SampleState, out: SequenceOutput, now: float) -> list[StreamEvent]:
@@ -104,8 +113,7 @@ class OutputProcessor:
             is_eos = reason == "stop"               # the scheduler's "stop" is always an EOS token
             delta = detok.add(token) if detok is not None and not is_eos else ""
             if detok is not None and detok.stopped:
-                reason = "stop"
-                self.scheduler.stop(out.seq_id, "stop")
+                reason = "stop"                     # a stop string: process() reports the sequence
             if reason is not None:
                 state.finish_reason = reason
                 delta += detok.flush() if detok is not None else ""
@@ -118,8 +126,8 @@ class OutputProcessor:
 
     # -- finished sequences --------------------------------------------------------------------
     def release(self, finished: list[FinishedSequence], now: float | None = None) -> list[str]:
-        """Build the RequestOutput of every freed sequence; their final events go out with the next
-        process(). Returns their output ids."""
+        """Build the RequestOutput of every freed sequence; their final events wait for final_events()
+        (an aborted sample has none). Returns their output ids."""
         now = time.perf_counter() if now is None else now
         names = []
         for f in finished:
@@ -127,7 +135,7 @@ class OutputProcessor:
             del self.names[state.name]
             aborted = f.finish_reason == "abort"
             if state.final_event is not None and not aborted:
-                self._ready.append(state.final_event)
+                self._final.append(state.final_event)
             metrics = RequestMetrics(state.arrival_s, state.token_times_s[0] if state.token_times_s else None,
                                      state.token_times_s, now, state.spec)
             self.outputs[state.name] = RequestOutput(
@@ -136,14 +144,19 @@ class OutputProcessor:
             while len(self.outputs) > MAX_KEPT_OUTPUTS:
                 self.outputs.popitem(last=False)
             request = self.requests[state.request_id]
-            request[0].discard(f.seq_id)
+            request.seq_ids.discard(f.seq_id)
             if not state.token_ids:
-                request[1] = 0                      # ended before its prompt was done: no forks will come
-            if not request[0] and request[1] == 0:
+                request.forks_to_come = 0           # ended before its prompt was done: no forks will come
+            if not request.seq_ids and request.forks_to_come == 0:
                 del self.requests[state.request_id]
             names.append(state.name)
         return names
 
+    def final_events(self) -> list[StreamEvent]:
+        """The last events of the samples freed since the previous call, handed out once."""
+        events, self._final = self._final, []
+        return events
+
     def seq_ids(self, request_id: str) -> list[int]:
         request = self.requests.get(request_id)
-        return sorted(request[0]) if request else []
+        return sorted(request.seq_ids) if request else []

@@ -1,8 +1,13 @@
 """Sandbox: a private LLMEngine over shared weights that can be freed at once, from any thread.
 
 `llm.sandbox(...)` hands one to code that steps the engine's machinery itself (the widgets' KV-cache
-stepper, page allocator, batching timeline). Its KV cache is the one thing it owns that costs memory:
+stepper, page allocator, batching timeline). It shares the model's weight tensors (nothing is
+copied) and nothing else: its own KV cache, block manager, scheduler and step trace, so nothing it
+does shows in the shared engine and nothing other readers do shows in it. It has no loop thread:
+the caller steps it, from one thread at a time. Its KV cache is the one thing it owns that costs
+memory:
 
+    sandbox_kv_bytes(config, ...)  what a sandbox of that config allocates, asked before making one
     sandbox.kv_bytes        the device pool plus the host swap space, allocated when it was made
     sandbox.free()          abort its requests, drop the KV tensors now (not when the object is
                             collected), refuse further steps; waits for a step in flight to end
@@ -13,10 +18,46 @@ session made (widgets/common/sandboxes.py), so a closed tab leaves no KV memory 
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from contextlib import contextmanager
 
+from .config import EngineConfig
 from .llm_engine import LLMEngine
+
+MAX_SANDBOX_KV_BYTES = 64 * 2**20   # a sandbox's KV pool: 91 SmolLM2 blocks of 16 tokens in float32
+MODEL_FIELDS = ("model", "device", "dtype", "random_weights", "seed", "num_kv_blocks", "kv_cache_bytes")
+
+
+def sandbox_config(base: EngineConfig, kv_bytes_per_token: int, num_kv_blocks: int, max_num_seqs: int,
+                   engine_kwargs: dict) -> EngineConfig:
+    """A sandbox's configuration: `base` (the loaded model's) with its own pool of `num_kv_blocks`
+    blocks (at most MAX_SANDBOX_KV_BYTES of them), eager steps, no speculation unless asked for, and
+    any other EngineConfig fields from `engine_kwargs`; the fields that describe the loaded model
+    cannot change."""
+    fixed = sorted(set(engine_kwargs) & set(MODEL_FIELDS))
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)} come from the loaded model; a sandbox cannot change them")
+    block_size = engine_kwargs.get("block_size", base.block_size)
+    pool_bytes = num_kv_blocks * block_size * kv_bytes_per_token
+    if num_kv_blocks < 1 or pool_bytes > MAX_SANDBOX_KV_BYTES:
+        raise ValueError(f"a sandbox's KV pool holds at least one block and at most "
+                         f"{MAX_SANDBOX_KV_BYTES // 2**20} MiB; {num_kv_blocks} blocks would take "
+                         f"{pool_bytes / 2**20:.0f} MiB")
+    kwargs = {"swap_space_blocks": min(base.swap_space_blocks, num_kv_blocks), **engine_kwargs}
+    # Eager: a sandbox steps a few sequences for a widget, and capturing CUDA graphs while the shared
+    # engine's loop thread launches kernels would race with it.
+    kwargs.setdefault("enforce_eager", True)
+    kwargs.setdefault("speculative_config", None)      # speculation is opted into per sandbox
+    return dataclasses.replace(base, num_kv_blocks=num_kv_blocks, kv_cache_bytes=None,
+                               max_num_seqs=max_num_seqs, **kwargs)
+
+
+def sandbox_kv_bytes(config: EngineConfig, kv_bytes_per_token: int) -> int:
+    """The bytes of KV cache a sandbox with `config` allocates: its pool, plus its host swap space
+    when preemption_mode="swap"."""
+    swap = config.swap_space_blocks if config.preemption_mode == "swap" else 0
+    return (config.num_kv_blocks + swap) * config.block_size * kv_bytes_per_token
 
 
 class SandboxFreed(RuntimeError):

@@ -1,7 +1,7 @@
 """PyTorch references for the small per-token ops of a Llama block: RMSNorm (+ residual add), RoPE, SwiGLU.
 
-Each is, operation for operation, what engine/model.py computes today, so swapping the model's code
-for these changes no number on the CPU (tests/unit/test_small_ops.py checks it bit for bit). They are
+Each is, operation for operation, what engine/model/llama.py computes, so swapping the model's code
+for these changes no number on the CPU (tests/kernels/test_small_ops.py checks it bit for bit). They are
 also the oracles for the fused Triton kernels beside them (triton_rms_norm.py, triton_rope.py,
 triton_swiglu.py), which do the same arithmetic in one launch instead of 2 to 10 eager ones each.
 

@@ -32,8 +32,8 @@ def bench_model(args, device: torch.device):
         ModelConfig(), torch.bfloat16 if device.type == "cuda" else torch.float32)
     if args.small or args.random_weights:
         return Llama.random(cfg, seed=args.seed).to(device, dtype).eval(), dtype
-    from ..llm import build_model
-    return build_model(EngineConfig(device=str(device), dtype=dtype))[0], dtype
+    from ..loader.model_loader import load_model
+    return load_model(EngineConfig(device=str(device), dtype=dtype)).model, dtype
 
 
 def device_of(name: str) -> torch.device:

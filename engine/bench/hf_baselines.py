@@ -153,8 +153,3 @@ def timed_generate(model, batch: list[list[int]], new_tokens: int, static_cache:
 def _sync(model) -> None:
     if model.device.type == "cuda":
         torch.cuda.synchronize(model.device)
-
-
-def transformers_version() -> str:
-    import transformers
-    return transformers.__version__

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     from functools import partial
 
     from ..distributed import parallel_engine
-    from ..llm import resolve_device, resolve_dtype, whole_model
+    from ..loader.model_loader import resolve_device, resolve_dtype, whole_model
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     ecfg = EngineConfig(device=args.device, dtype=args.dtype, random_weights=args.random_weights, num_kv_blocks=256,

@@ -188,10 +188,10 @@ def load_model(name: str, device: str, dtype: str | None, seed: int) -> tuple[Ll
     if name == "tiny":
         dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
         return Llama.random(TINY, seed=seed).to(dev).eval(), "random"
-    from ..llm import build_model        # loads weights (or builds random ones) the way LLM() does
-    model = build_model(EngineConfig(model=None if name in ("default", "smollm2-random") else name,
-                                              device=device, dtype=dtype, random_weights=name == "smollm2-random",
-                                              seed=seed))[0]
+    from ..loader import model_loader    # loads weights (or builds random ones) the way LLM() does
+    model = model_loader.load_model(EngineConfig(model=None if name in ("default", "smollm2-random") else name,
+                                                 device=device, dtype=dtype, random_weights=name == "smollm2-random",
+                                                 seed=seed)).model
     return model, "random" if name == "smollm2-random" else "real"
 
 

@@ -74,9 +74,7 @@ class OracleProposer:
 
 def run_once(model, cfg: EngineConfig, prompt_ids: list[int], batch: int, max_tokens: int,
              draft_model=None, proposer=None) -> tuple[dict, list[int]]:
-    engine = LLMEngine(model, cfg, draft_model=draft_model)
-    if proposer is not None:
-        engine.runner.speculator.proposer = proposer
+    engine = LLMEngine(model, cfg, draft_model=draft_model, proposer=proposer)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     sync = torch.cuda.synchronize if model.embed.weight.is_cuda else (lambda: None)
     sync()
@@ -217,10 +215,11 @@ def _load(name: str, device: str, dtype):
     'smollm2-random' (SmolLM2's shapes, random values), 'default' (the embedded model) or a path."""
     if name == "tiny":
         return load_model("tiny", device, dtype, 0)[0], None, "random"
-    from ..llm import build_model                # weights (or random ones) the way LLM() loads them
+    from ..loader import model_loader            # weights (or random ones) the way LLM() loads them
     random_weights = name == "smollm2-random"
-    model, tokenizer, *_ = build_model(EngineConfig(model=None if name in ("default", "smollm2-random") else name,
-                                                    device=device, dtype=dtype, random_weights=random_weights))
+    model, tokenizer, *_ = model_loader.load_model(EngineConfig(
+        model=None if name in ("default", "smollm2-random") else name, device=device, dtype=dtype,
+        random_weights=random_weights))
     return model, None if random_weights else tokenizer, "random" if random_weights else "real"
 
 

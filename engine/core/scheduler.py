@@ -27,7 +27,7 @@ budget pays for 1 + k tokens. After it, the rollback: only the accepted drafts a
 num_computed_tokens, only blocks full of verified tokens enter the prefix cache, and blocks that
 held nothing but rejected drafts go back to the pool.
 
-Static batching, the baseline the serving chapters compare against, is a subclass (static.py).
+Static batching, the baseline the serving chapters compare against, is a subclass (static_batching.py).
 """
 from __future__ import annotations
 
@@ -267,22 +267,16 @@ class Scheduler:
             if reason is not None:
                 break                             # tokens after the end are dropped
         if reason is not None:
-            self.stop(seq.seq_id, reason)
+            self.finish(seq.seq_id, reason)
         if not visible:
             return None
         return SequenceOutput(seq.seq_id, visible, reason, parent.seq_id if parent is not None else None)
 
     # -- ending sequences ----------------------------------------------------------------------
-    def stop(self, seq_id: int, reason: str) -> None:
-        """A sequence is done (EOS, length, or a stop string the output processor found): free it.
-        A sequence that is already gone (it ended by length on the same token) is left alone."""
-        seq = self.seqs.get(seq_id)
-        if seq is not None:
-            seq.finish_reason = reason
-            self._release(seq)
-
     def finish(self, seq_id: int, reason: str = "abort") -> None:
-        """End a sequence wherever it is (waiting, running, swapped) and free its blocks at once."""
+        """End a sequence wherever it is (waiting, running, swapped) and free its blocks at once: at EOS
+        or max_tokens ("stop", "length"), a stop string the output processor found, or an abort. A
+        sequence that is already gone (it ended by length on the same token) is left alone."""
         seq = self.seqs.get(seq_id)
         if seq is not None:
             seq.finish_reason = reason

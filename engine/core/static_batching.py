@@ -81,19 +81,20 @@ class StaticBatchScheduler(Scheduler):
             self._release(seq)                           # padding cannot go past the context: let it go
         return out
 
-    def stop(self, seq_id: int, reason: str) -> None:
-        """Done, but the seat is kept: the sequence computes padding until the batch ends."""
-        seq = self.seqs.get(seq_id)
-        if seq is None or seq.is_padding:
-            return
-        if seq_id not in self.running:
-            return super().stop(seq_id, reason)
-        seq.finish_reason = reason
-        seq.num_output_tokens_final = len(seq.output_token_ids)
-        if not self._updating:                           # a stop string, found after the update
-            self._end_batch_if_done()
-
     def finish(self, seq_id: int, reason: str = "abort") -> None:
+        """A running sequence that is done (EOS, length, a stop string) keeps its seat: it computes
+        padding until the batch ends. An abort, or a sequence not running, is freed at once."""
+        seq = self.seqs.get(seq_id)
+        if seq is None:
+            return
+        if reason != "abort" and seq_id in self.running:
+            if seq.is_padding:                           # already done
+                return
+            seq.finish_reason = reason
+            seq.num_output_tokens_final = len(seq.output_token_ids)
+            if not self._updating:                       # a stop string, found after the update
+                self._end_batch_if_done()
+            return
         super().finish(seq_id, reason)
         self._cached_at_admission.pop(seq_id, None)
         self._end_batch_if_done()

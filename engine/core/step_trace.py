@@ -53,14 +53,7 @@ class StepRecord:
     forward_s: float
     sample_s: float
     output_s: float = 0.0                # update_from_output and the output processor
-    entries: list[ScheduledEntry] = field(default_factory=list)
-    num_batched_tokens: int = 0
-    num_prefill_tokens: int = 0
-    num_decode_tokens: int = 0
-    num_padding_tokens: int = 0          # static batching: decodes of finished requests (junk)
-    num_verify_tokens: int = 0           # speculative decoding: newest tokens + drafts of verify rows
-    num_draft_tokens: int = 0            # drafts verified this step ...
-    num_accepted_tokens: int = 0         # ... and kept
+    entries: list[ScheduledEntry] = field(default_factory=list)   # the token counts below add these up
     propose_s: float = 0.0               # speculative decoding: the proposer's drafting, before the forward pass
     preempted: list[tuple[str, str]] = field(default_factory=list)   # (request_id, "recompute" | "swap")
     swapped_in: list[str] = field(default_factory=list)
@@ -84,6 +77,40 @@ class StepRecord:
     parallel: object | None = None       # tensor/pipeline parallel: each rank's communication and busy
     #                                      intervals this step (engine/distributed/stats.py ParallelStep)
 
+    # -- the batch's tokens, from its entries ----------------------------------------------------
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(e.num_tokens + e.num_draft_tokens for e in self.entries)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(e.num_tokens for e in self.entries if e.kind == "prefill")
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return sum(e.num_tokens for e in self.entries if e.kind == "decode")
+
+    @property
+    def num_padding_tokens(self) -> int:
+        """Static batching: decodes of finished requests (junk that keeps their seats)."""
+        return sum(e.num_tokens for e in self.entries if e.padding)
+
+    @property
+    def num_verify_tokens(self) -> int:
+        """Speculative decoding: the newest tokens and the drafts of verify rows."""
+        return sum(e.num_tokens + e.num_draft_tokens for e in self.entries if e.kind == "verify")
+
+    @property
+    def num_draft_tokens(self) -> int:
+        """Drafts verified this step ..."""
+        return sum(e.num_draft_tokens for e in self.entries if e.kind == "verify")
+
+    @property
+    def num_accepted_tokens(self) -> int:
+        """... and kept."""
+        return sum(e.num_accepted_tokens for e in self.entries if e.kind == "verify")
+
+    # -- where the time went ------------------------------------------------------------------------
     @property
     def wall_s(self) -> float:
         return self.schedule_s + self.prepare_s + self.propose_s + self.forward_s + self.sample_s + self.output_s
@@ -115,12 +142,13 @@ class StepTrace:
     def __iter__(self):
         return iter(list(self.records))
 
+    @property
+    def last(self) -> StepRecord | None:
+        return self.records[-1] if self.records else None
+
     def since(self, step: int) -> list[StepRecord]:
         """Records with record.step >= step (what a widget polling for new steps asks for)."""
         return [r for r in list(self.records) if r.step >= step]
-
-    def for_request(self, request_id: str) -> list[tuple[int, ScheduledEntry]]:
-        return [(r.step, e) for r in list(self.records) for e in r.entries if e.request_id == request_id]
 
     def clear(self) -> None:
         self.records.clear()

@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import regex
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models
 from tokenizers.pre_tokenizers import ByteLevel
 
 
@@ -61,9 +61,6 @@ class TextTokenizer:
                 self._bytes.append(piece.encode())
             else:
                 self._bytes.append(bytes(decoder.get(ch, 0x3F) for ch in piece))
-
-    def token_bytes(self, token_id: int) -> bytes:
-        return self._bytes[token_id]
 
     def encode(self, text: str, add_special_tokens: bool = False) -> Encoding:
         """Token ids and the character span of each (for the tokenizer widget's colours)."""

@@ -7,18 +7,24 @@ concatenated). It does two things, both through the kernels in `kernels/`:
     paged_attention:  q[t] attends over its own sequence's K/V, read through its block table
 
 so a sequence's K/V never has to be contiguous, and prefill chunks and decodes share one call.
-The runner builds one PagedAttention for its KV cache and binds each step's metadata to it.
+The runner builds one PagedAttention for its KV cache and binds each step's metadata to it. The
+cache is anything with `layer(i)` (the worker's KVCache, a rank's shard of it): the model's side
+of attention does not own the memory, it only reads and writes the slots it is told.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from kernels import paged_attention, write_kv
 
-from ..worker.kv_cache import KVCache
+
+class PagedKV(Protocol):
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(k_cache, v_cache) of layer i, each [num_blocks, block_size, num_kv_heads, head_dim]."""
 
 
 @dataclass(slots=True)
@@ -37,7 +43,7 @@ class AttentionMetadata:
 
 
 class PagedAttention:
-    def __init__(self, kv_cache: KVCache, head_dim: int):
+    def __init__(self, kv_cache: PagedKV, head_dim: int):
         self.kv_cache = kv_cache
         self.scale = 1.0 / math.sqrt(head_dim)
         self.meta: AttentionMetadata | None = None

@@ -1,7 +1,6 @@
 """Speculative decoding: proposers guess, the target verifies k + 1 tokens in one pass, rejection
 sampling keeps the output exactly the target's (chapter 18).
 
-    config.py             SpeculativeConfig: the method and its options, checked with the field named
     proposer.py           the interface: DraftRequest in, Draft (token ids, probabilities or None) out
     ngram.py              prompt lookup: the tokens after the last earlier match of the recent suffix
     model_drafter.py      k batched draft passes through the paged machinery (the two model proposers)
@@ -10,11 +9,14 @@ sampling keeps the output exactly the target's (chapter 18).
     speculator.py         the runner's half: drafts into the record before the pass, verdicts after
     rejection_sampler.py  greedy matching and exact rejection sampling
     stats.py              SpecDecodeStats, the closed form (1 - a^(k+1)) / (1 - a)
+    factory.py            make_speculator: the proposer a config names, on the runner's parts; DraftModels
 
-The scheduler's half (lookahead slots, rollback) lives in core/scheduler.py and core/block_manager.py.
-Only the light modules are imported here, so engine/config.py can use SpeculativeConfig.
+The settings (SpeculativeConfig) live in engine/config.py with the engine's other knobs; the
+scheduler's half (lookahead slots, rollback) in core/scheduler.py and core/block_manager.py. This
+package sits above worker/: the model proposers are made from the runner's parts, and the runner
+only calls the Speculator it is handed.
 """
-from .config import SpeculativeConfig
+from ..config import SpeculativeConfig
 from .stats import SpecDecodeStats, expected_speedup, expected_tokens_per_pass
 
 __all__ = ["SpeculativeConfig", "SpecDecodeStats", "expected_tokens_per_pass", "expected_speedup"]

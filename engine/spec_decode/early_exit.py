@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import torch
 
-from ..model.attention import PagedAttention
+from ..model.attention import PagedAttention, PagedKV
 from ..model.llama import Llama
-from ..worker.kv_cache import KVCache
 from .model_drafter import ModelDrafter
 
 
 class EarlyExitProposer(ModelDrafter):
     method = "early_exit"
 
-    def __init__(self, model: Llama, kv_cache: KVCache, num_layers: int, prepare_inputs):
+    def __init__(self, model: Llama, kv_cache: PagedKV, num_layers: int, prepare_inputs):
         super().__init__(prepare_inputs)
         if not 1 <= num_layers < model.config.num_layers:
             raise ValueError(f"early exit after {num_layers} of {model.config.num_layers} layers is not a draft")

@@ -1,11 +1,32 @@
-"""make_proposer: the proposer a SpeculativeConfig names, wired to the runner it drafts for."""
+"""Setting speculative decoding up: the proposer a SpeculativeConfig names, wired to the runner it
+drafts for, and the draft models it loads (once each, whatever number of engines use them).
+
+    LLMEngine  ─ builds ─►  ModelRunner  ─ its model, KV cache, prepare_inputs ─►  make_speculator
+               ◄───────────────────── Speculator(proposer), handed to the runner ──────────┘
+"""
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..config import EngineConfig, SpeculativeConfig
+from ..loader.model_loader import load_llama
+from ..loader.tokenizer import TextTokenizer
 from ..model.llama import Llama
-from .config import SpeculativeConfig
 from .draft_model import DraftModelProposer
 from .early_exit import EarlyExitProposer
 from .ngram import NgramProposer
+from .proposer import Proposer
+from .speculator import Speculator
+
+
+def make_speculator(spec: SpeculativeConfig | None, runner, draft_model: Llama | None = None,
+                    num_swap_blocks: int = 0, proposer: Proposer | None = None) -> Speculator:
+    """The runner's half of speculative decoding. `proposer` replaces the one `spec` names (the tests
+    and `bench spec` plug in an oracle with a known acceptance rate that way); with neither, the
+    speculator drafts nothing and only verifies the drafts a record brings."""
+    if proposer is None and spec is not None:
+        proposer = make_proposer(spec, runner, draft_model, num_swap_blocks)
+    return Speculator(proposer)
 
 
 def make_proposer(spec: SpeculativeConfig, runner, draft_model: Llama | None = None, num_swap_blocks: int = 0):
@@ -25,3 +46,29 @@ def make_proposer(spec: SpeculativeConfig, runner, draft_model: Llama | None = N
     if draft_model.embed.weight.device != runner.model.embed.weight.device:
         raise ValueError("speculative_config: the draft model must sit on the target's device")
     return DraftModelProposer(draft_model, runner.kv_cache, runner.prepare_inputs, num_swap_blocks)
+
+
+class DraftModels:
+    """The draft models that draft_model configs name, for one target: each loaded once, on the
+    target's device and in its dtype, and kept (the shared engine and every sandbox reuse it)."""
+
+    def __init__(self, target: Llama, tokenizer: TextTokenizer, source: Path | None):
+        self.target, self.tokenizer, self.source = target, tokenizer, source
+        self._loaded: dict[str, Llama] = {}
+
+    def for_config(self, config: EngineConfig) -> Llama | None:
+        """The draft for `config`'s speculative_config (None unless its method is draft_model)."""
+        spec = config.speculative_config
+        if spec is None or spec.method != "draft_model":
+            return None
+        key = str(Path(spec.model).expanduser().resolve())
+        if self.source is not None and key == str(Path(self.source).resolve()):
+            return self.target                      # the target drafting for itself: a perfect, costly draft
+        if key not in self._loaded:
+            draft, tokenizer, _ = load_llama(spec.model)
+            probe = "def f(x):\n    return x + 1  # Hello, world!"
+            if tokenizer.encode_ids(probe) != self.tokenizer.encode_ids(probe):
+                raise ValueError(f"speculative_config: 'model' {spec.model} does not use the target's tokenizer")
+            weight = self.target.embed.weight
+            self._loaded[key] = draft.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
+        return self._loaded[key]

@@ -16,9 +16,11 @@ in one non-blocking copy (step_buffer.py), the sampler runs on the device (sampl
 and the only read back is the sampled token ids. Decode batches replay a captured CUDA graph
 (cuda_graphs.py); prefill and mixed batches run eagerly.
 
-Speculative decoding (engine/spec_decode/): before the forward pass the Speculator asks the proposer
-for each verify row's drafts (a new record with draft_token_ids filled in); after it, each verify
-row's k + 1 logits rows are judged there, and the row's VerifiedDraft comes back in the output.
+Speculative decoding (engine/spec_decode/) is handed in as a `speculator`: before the forward pass
+it fills in each verify row's drafts (a new record with draft_token_ids), after it it judges each
+verify row's k + 1 logits rows, and the row's VerifiedDraft comes back in the output. The runner
+knows only those four calls (forget, move_blocks, propose, verify): spec_decode builds its proposers
+from the runner's parts (its model, KV cache and input preparation), so it sits above the runner.
 """
 from __future__ import annotations
 
@@ -34,7 +36,6 @@ from ..loader.progress import log
 from ..model.llama import Llama
 from ..model.sampler import SamplingBatch, SeededGenerators, sample_tokens
 from .cuda_graphs import CudaGraph, DecodeGraphs, decode_plan, graph_batch_sizes
-from ..spec_decode.speculator import Speculator
 from .kv_cache import KVCache
 from .step_buffer import StepBuffer, layout
 
@@ -54,8 +55,9 @@ class StepInputs:
 
 class ModelRunner:
     def __init__(self, model: Llama, kv_cache: KVCache, max_num_tokens: int = 2048, max_num_seqs: int = 64,
-                 max_model_len: int | None = None, cuda_graphs: bool = False):
+                 max_model_len: int | None = None, cuda_graphs: bool = False, speculator=None):
         self.model, self.kv_cache = model, kv_cache
+        self.speculator = speculator       # spec_decode's Speculator, or None: no verify rows expected
         self.device = kv_cache.device
         self.block_size = bs = kv_cache.block_size
         self.attn = PagedAttention(kv_cache, model.config.head_dim)   # built once, bound per step
@@ -74,7 +76,6 @@ class ModelRunner:
         self._graph_generation = -1
         if cuda_graphs and self.device.type == "cuda":
             self.capture_graphs(graph_batch_sizes(max_num_seqs))
-        self.speculator = Speculator()     # no proposer: drafts that arrive in the record are still verified
 
     # -- CUDA graphs -------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -191,17 +192,21 @@ class ModelRunner:
         copy-on-write reads blocks before anything is written into them.
         """
         t0 = time.perf_counter()
+        spec = self.speculator
         for seq_id in out.finished_seq_ids:
             self.generators.forget(seq_id)
-        self.speculator.forget(out.finished_seq_ids)
+        if spec is not None:
+            spec.forget(out.finished_seq_ids)
         self.kv_cache.swap_out(out.blocks_to_swap_out)
         self.kv_cache.swap_in(out.blocks_to_swap_in)
         self.kv_cache.copy_blocks(out.blocks_to_copy)
-        self.speculator.move_blocks(out)
+        if spec is not None:
+            spec.move_blocks(out)
         if not out.scheduled:
             return ModelRunnerOutput()
         tp = time.perf_counter()
-        out = self.speculator.propose(out)          # verify rows get their drafts (a new record)
+        if spec is not None:
+            out = spec.propose(out)                 # verify rows get their drafts (a new record)
         propose_s = time.perf_counter() - tp
         graph_size = self.graph_size_for(out)
         inputs = self.prepare_inputs(out, pad_to=graph_size)
@@ -243,6 +248,10 @@ class ModelRunner:
                 result.sampled_token_ids = [[t] for t in tokens.tolist()]
             self.buffer.device_caught_up()
             result.seq_ids = list(inputs.draw_seq_ids)
+        if not inputs.verify:
+            return
+        if self.speculator is None:
+            raise ValueError("a record with draft tokens reached a runner without a speculator")
         verdicts = self.speculator.verify([(r, logits[first:first + 1 + len(r.draft_token_ids)])
                                            for r, first in inputs.verify])
         if verdicts:

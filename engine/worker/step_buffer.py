@@ -1,7 +1,7 @@
 """StepBuffer: one step's input tensors, written on the host into one buffer and copied to the device once.
 
 Building a tensor from a Python list on a GPU (`torch.tensor(list, device="cuda")`) is a copy that
-makes the host wait for the device: a dozen of them per step used to cost a dozen host syncs. Here
+makes the host wait for the device: a dozen of them per step would cost a dozen host syncs. Here
 every input lives in one persistent byte buffer in pinned host memory, packed one after another:
 
     host (pinned)   [ input_ids | positions | slot_mapping | seq_lens | query_start_loc | block_tables | ... ]

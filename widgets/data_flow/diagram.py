@@ -20,7 +20,7 @@ from panel.custom import JSComponent
 
 from widgets.common.theme import PALETTE
 from widgets.data_flow.recorded import Figure
-from widgets.data_flow.traffic import KIND_NAMES, KINDS, Level, Side, StepFlow
+from widgets.data_flow.compute import KIND_NAMES, KINDS, Level, Side, StepFlow
 
 # Okabe–Ito (theme.PALETTE): weights blue, KV reads orange, KV writes green, activations pink.
 KIND_COLORS = {"weights": PALETTE[0], "kv_read": PALETTE[1], "kv_write": PALETTE[2], "activations": PALETTE[4]}

@@ -1,6 +1,6 @@
 """The big-model view beside the real run: Llama-3-70B over 8 GPUs, NVLink against PCIe (modelled).
 
-Arithmetic on published figures (widgets/common/hardware.py, memory_ladder.py), nothing measured:
+Arithmetic on published figures (widgets/modelled/hardware.py, memory_ladder.py), nothing measured:
 
     all-reduce size     tokens x hidden x 2 bytes (bf16), twice per layer: 160 per pass for 80 layers
     ring traffic        each GPU sends and receives 2(N-1)/N of it (ring_allreduce_bytes)

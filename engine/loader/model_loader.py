@@ -1,0 +1,79 @@
+"""From an EngineConfig to a model ready to run: which numbers, on which device, in which dtype.
+
+    EngineConfig(model, device, dtype, random_weights, seed)
+        │  load_weights(model)  ─►  Llama(config) + its state dict, the tokenizer, the source path
+        │  (random_weights: SmolLM2's shapes with random values, the byte tokenizer, no source)
+        ▼
+    LoadedModel(model on the device in eval mode, tokenizer, device, dtype, source)
+
+The weights are read in float32 on the CPU first (that is what the loaders produce and what a
+parallel engine's workers cut their shards from), then moved and cast once.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from ..config import EngineConfig, ModelConfig
+from ..model.llama import Llama
+from .progress import log
+from .tokenizer import TextTokenizer, byte_tokenizer
+from .weights import load_weights
+
+
+class LoadedModel(NamedTuple):
+    model: Llama
+    tokenizer: TextTokenizer
+    device: torch.device
+    dtype: torch.dtype
+    source: Path | None          # the GGUF file or Hugging Face folder the numbers came from (None: random)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' was asked for, but PyTorch sees no CUDA GPU here; use device='cpu'.")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype, device: torch.device) -> torch.dtype:
+    if dtype is None:   # float32 on CPU (exact, and bf16 matmuls are slow there); bf16 on GPUs
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, str):
+        dtype = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                 "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+    return dtype
+
+
+def load_llama(model: str | None) -> tuple[Llama, TextTokenizer, Path | None]:
+    """A Llama with real weights from a GGUF file or Hugging Face folder (None = the embedded default),
+    in float32 on the CPU, with its tokenizer and the path the numbers came from."""
+    loaded = load_weights(model)
+    llama = Llama(loaded.config)
+    missing, unexpected = llama.load_state_dict(loaded.state_dict, strict=False)
+    if unexpected or [m for m in missing if m != "lm_head.weight"]:
+        raise RuntimeError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
+    return llama, loaded.tokenizer, loaded.source
+
+
+def load_model(cfg: EngineConfig, on_device: bool = True) -> LoadedModel:
+    """The model `cfg` names, ready for inference. on_device=False leaves the whole model in float32
+    on the CPU (a parallel engine cuts each rank's shard from that, then moves it)."""
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    if cfg.random_weights:
+        model, tokenizer, source = Llama.random(ModelConfig(), seed=cfg.seed), byte_tokenizer(), None
+    else:
+        model, tokenizer, source = load_llama(cfg.model)
+    if on_device:
+        model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)   # inference only
+        log(f"model {model.config.name} ready on {device} in {str(dtype).removeprefix('torch.')}")
+    return LoadedModel(model, tokenizer, device, dtype, source)
+
+
+def whole_model(cfg: EngineConfig) -> Llama:
+    """What each worker of a parallel engine builds before cutting out its shard (a picklable function)."""
+    return load_model(cfg, on_device=False).model

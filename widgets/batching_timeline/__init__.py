@@ -1,0 +1,1 @@
+"""`batching-timeline` (chapter 14): widget.py (Panel) → view.py (Gantt) → compute.py (private engines); slots.py."""

@@ -1,0 +1,149 @@
+"""The real run behind the chapter-19 widget: the reader's prompt on several CPU processes, and what
+crossed between them, step by step (no Panel, no HTML: view.py draws it).
+
+    run_split(llm, prompt, "tp", 3)   ->  {"text": ..., "single_text": ..., "same_text": True,
+                                           "steps": [{kind, tokens, all_reduce: {...}, ranks: [...]}], ...}
+
+`LLM(tensor_parallel_size=3)` makes this server process rank 0 (scheduler + its shard) and starts
+two worker processes; they are ended before the function returns, whatever happens. A server runs
+one split at a time (torch.distributed keeps one process group per process, and two cores have no
+room for more): `RunSlot` queues the others and tells them how many runs are ahead.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from engine import LLM, ModelConfig, SamplingParams, ideal_bubble, load_recorded, parallel_layout
+
+MAX_PROCESSES = 3            # what one reader may start on the serving machine
+MAX_NEW_TOKENS = 32
+MODES = {"tp": "tensor parallel", "pp": "pipeline parallel"}
+
+
+# -- server-wide state: the one slot for a split run, shared by every reader of this server ---------------
+class RunSlot:
+    """One parallel run per server; the others wait in line, each told how many are ahead of it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()           # held by the run in progress
+        self._line = threading.Lock()           # guards _waiting
+        self._waiting = 0
+
+    def acquire(self, cancelled, on_wait) -> bool:
+        """Wait for the slot (False if cancelled while waiting); on_wait(runs ahead) while in line."""
+        with self._line:
+            ahead = self._waiting + 1           # the running one, and those already in line
+            self._waiting += 1
+        try:
+            while not self._lock.acquire(timeout=0.25):
+                if cancelled():
+                    return False
+                on_wait(ahead)
+            return True
+        finally:
+            with self._line:
+                self._waiting -= 1
+
+    def release(self) -> None:
+        self._lock.release()
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+
+SLOT = RunSlot()                 # the server's only one: every page's run waits here
+
+
+# -- the split ------------------------------------------------------------------------------------------
+def config_of(llm):
+    """The loaded model's config, or SmolLM2-135M's (the engine's default) before it has loaded."""
+    return llm.config if llm is not None else ModelConfig()
+
+
+def layout_for(cfg, mode: str, size: int) -> dict:
+    """Where the split puts every matrix (tp) or layer (pp): the engine's parallel_layout, which raises
+    ValueError for a size the heads (or layers) do not divide into."""
+    return parallel_layout(cfg, *((size, 1) if mode == "tp" else (1, size)))
+
+
+def recorded_runs() -> dict | None:
+    """What a multi-GPU run recorded (`python -m engine bench parallel --record`), or None."""
+    return load_recorded("parallel")
+
+
+def sizes_for(mode: str) -> list[int]:
+    return [2, 3, 9] if mode == "tp" else [2, 3, 5, 6]
+
+
+def check_size(cfg, mode: str, size: int) -> str | None:
+    """Why this split cannot run here (the engine's own refusal, or the server's limit), or None."""
+    try:
+        layout_for(cfg, mode, size)
+    except ValueError as e:
+        return str(e)
+    if size > MAX_PROCESSES:
+        return (f"{size} processes are more than this server starts for one reader (the limit is "
+                f"{MAX_PROCESSES}); the split below is what they would hold. On your own machine: "
+                f"python -m engine generate --{mode} {size} \"…\"")
+    return None
+
+
+def summarize_step(rec, hidden: int, value_bytes: int) -> dict:
+    """One step of the trace, as the widget draws it (times relative to the step's first work)."""
+    p = rec.parallel
+    spans = [i for r in p.ranks for i in r.intervals]
+    t0 = min((i.start_s for i in spans), default=p.start_s)
+    kinds = {e.kind for e in rec.entries}
+    ranks = [{"rank": r.rank, "stage": r.stage, "tp_rank": r.tp_rank,
+              "busy": [[i.micro_batch, i.start_s - t0, i.end_s - t0] for i in r.intervals],
+              "all_reduce": _counts(r.comm["all_reduce"]), "send": _counts(r.comm["send"]),
+              "recv": _counts(r.comm["recv"])} for r in p.ranks]
+    return {"step": rec.step, "kind": "prefill" if "prefill" in kinds else "decode",
+            "tokens": rec.num_batched_tokens, "micro_batches": list(p.micro_batch_tokens),
+            "all_reduce": _counts(p.all_reduce),
+            "all_reduce_bytes_each": rec.num_batched_tokens * hidden * value_bytes,
+            "handoff_bytes": [n * hidden * value_bytes for n in p.micro_batch_tokens] if p.pipeline_parallel_size > 1 else [],
+            "records": _counts(p.ranks[0].comm["control"]),
+            "window_s": p.window_s, "bubble": p.bubble,
+            "ideal_bubble": ideal_bubble(p.pipeline_parallel_size, len(p.micro_batch_tokens))
+            if p.pipeline_parallel_size > 1 else 0.0, "ranks": ranks}
+
+
+def _counts(c) -> dict:
+    return {"calls": c.calls, "bytes": c.bytes, "seconds": c.seconds}
+
+
+def run_split(llm, prompt: str, mode: str, size: int, max_tokens: int = 16, progress=lambda msg: None,
+              cancelled=lambda: False) -> dict:
+    """Generate greedily with the split on CPU processes and with the shared one-process engine."""
+    tp, pp = (size, 1) if mode == "tp" else (1, size)
+    cfg = llm.engine_config
+    progress(f"starting {tp * pp} processes ({MODES[mode]}, {tp * pp} ranks) and loading each one's shard…")
+    started = time.perf_counter()
+    parallel = LLM(model=cfg.model, random_weights=cfg.random_weights, device="cpu", dtype="float32",
+                   tensor_parallel_size=tp, pipeline_parallel_size=pp, num_kv_blocks=96, max_model_len=1536,
+                   max_num_batched_tokens=1024, enable_prefix_caching=False)
+    try:
+        startup = time.perf_counter() - started
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        text, tokens = "", 0
+        if cancelled():                      # the reader left while the processes were starting
+            return None
+        for ev in parallel.stream(prompt, params, chat=True):
+            text, tokens = ev.text, tokens + 1
+            progress(f"generating on {tp * pp} processes: {tokens} of up to {max_tokens} tokens")
+            if cancelled():
+                break
+        trace = parallel.trace_since(0)
+        device = f"{tp * pp} CPU processes (gloo), {parallel.device_name} each"
+    finally:
+        parallel.close()
+    hidden, value_bytes = llm.config.hidden_size, 4           # float32 on the CPU
+    single = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens), chat=True)[0]
+    steps = [summarize_step(r, hidden, value_bytes) for r in trace if r.parallel is not None]
+    return {"mode": mode, "size": size, "tp": tp, "pp": pp, "prompt": prompt, "max_tokens": max_tokens,
+            "text": text, "tokens": tokens, "single_text": single.text, "same_text": text == single.text,
+            "steps": steps, "startup_s": startup, "device": device, "hidden": hidden, "value_bytes": value_bytes,
+            "num_layers": llm.config.num_layers}
