@@ -9,7 +9,7 @@ Two inline directives (app/render.py turns them into HTML):
 A path walks the file's "results": `a.b` reads keys, `rows[batch=1,prompt_tokens=128]` picks the one
 list item whose fields have those values. Formats: ms, x (a ratio), tok/s, gb/s, int, pct, num.
 Until a benchmark has been recorded on a GPU the figure reads "not recorded yet", never a guess;
-tests/unit/test_recorded_figures.py checks that every path a chapter names exists in its file.
+tests/app/test_recorded_figures.py checks that every path a chapter names exists in its file.
 """
 from __future__ import annotations
 

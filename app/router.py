@@ -36,7 +36,7 @@ def build(args: dict) -> pn.viewable.Viewable:
     slug, page_name = _arg(args, "chapter"), _arg(args, "page")
 
     if slug is None and page_name is None:
-        dashboard = _widget(WidgetSegment("engine_dashboard", {}), dark)   # the engine serving everyone
+        dashboard = _widget(WidgetSegment("engine-dashboard", {}), dark)   # the engine serving everyone
         return _shell(pages.SITE_TITLE, links, dark, toc, None, None,
                       [html_pane(pages.cover_html(toc, links), dark, ["ex-cover"]), dashboard])
     if slug is None and page_name == "glossary":

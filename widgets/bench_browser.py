@@ -1,7 +1,7 @@
 """The widgets as a reader's browser sees them: ``python -m widgets.bench_browser`` prints JSON.
 
 Starts `panel serve app` on a free port, drives Debian's Chromium with Playwright, and measures
-(WIDGETS.md, point 7; targets: first paint within 1 s, tokenizer under 150 ms for 2,000 characters):
+(widgets/README.md, point 6; targets: first paint within 1 s, tokenizer under 150 ms for 2,000 characters):
 
     first_paint   from navigation start to the first frame showing each widget's content
                   (its saved example: the page never waits for the model)
@@ -67,7 +67,7 @@ def _stats(ms: list[float]) -> dict:
 def run(repeat: int = 10) -> dict:
     from playwright.sync_api import sync_playwright
 
-    from widgets.bench import text_of
+    from widgets.tokenizer.compute import text_of
     from widgets.common.testing import wait_live
 
     port = _free_port()

@@ -1,4 +1,5 @@
-"""The numbers behind the attention heatmap (chapters 4–5), pure functions of one `llm.inspect` pass.
+"""The numbers behind the attention heatmap (chapters 4–5), pure functions of one `llm.inspect` pass
+(kept per server by `widgets.common.cache.inspection`: layer, head and row only reslice it).
 
 A head's picture is its T x T matrix, row = query token, column = key token. Only the lower
 triangle exists: the causal mask gives later keys weight exactly 0, so those cells are not drawn.
@@ -20,8 +21,6 @@ import dataclasses
 import math
 
 import numpy as np
-
-from widgets.common import esc, show_token
 
 
 @dataclasses.dataclass(slots=True)
@@ -65,52 +64,6 @@ def layer_view(ins, layer: int) -> LayerView:
     scores[:, ~np.tri(T, dtype=bool)] = np.nan          # the causal mask: later keys do not exist
     return LayerView(list(ins.tokens), layer, ins.attention[layer].numpy().astype(np.float64),
                      scores.astype(np.float64), group)
-
-
-def cells(view: LayerView, head: int, mode: str) -> dict[str, list]:
-    """Column data for one head's heatmap: one cell per (query, key) pair the mask allows.
-    ``mode`` is "probs" (softmax weights) or "scores" (scaled scores); both go in every tooltip."""
-    T = view.num_tokens
-    rows, cols = np.tril_indices(T)
-    prob, score = view.probs[head, rows, cols], view.scores[head, rows, cols]
-    labels = [show_token(t) for t in view.tokens]     # Bokeh escapes tooltip fields: plain text here
-    return {"x": cols.tolist(), "y": rows.tolist(), "prob": prob.tolist(), "score": score.tolist(),
-            "value": (prob if mode == "probs" else score).tolist(),
-            "qtok": [labels[i] for i in rows], "ktok": [labels[j] for j in cols],
-            "head": [head] * len(rows)}
-
-
-def value_range(view: LayerView, head: int, mode: str) -> tuple[float, float]:
-    """Colour scale: weights always 0–1 (comparable across heads); scores from their min to max."""
-    if mode == "probs":
-        return 0.0, 1.0
-    s = view.scores[head]
-    lo, hi = float(np.nanmin(s)), float(np.nanmax(s))
-    return (lo, hi) if hi > lo else (lo - 1.0, hi + 1.0)
-
-
-WEIGHT_LEVELS = 8              # shades of the sentence strip (classes aw0 … aw7 in widgets.css)
-
-
-def strip_html(view: LayerView, head: int, row: int, top: int = 3) -> str:
-    """The sentence with query token ``row`` outlined and every earlier token shaded by the weight
-    the query gives it; later tokens are greyed out (masked). Everything is escaped."""
-    row = min(max(int(row), 0), view.num_tokens - 1)
-    weights = view.probs[head, row]
-    spans = []
-    for j, tok in enumerate(view.tokens):
-        piece = esc(show_token(tok))
-        if j > row:
-            spans.append(f'<span class="as-tok as-masked" title="masked: after the query">{piece}</span>')
-            continue
-        level = min(int(weights[j] * WEIGHT_LEVELS), WEIGHT_LEVELS - 1)
-        query = " as-query" if j == row else ""
-        spans.append(f'<span class="as-tok aw{level}{query}" title="weight {weights[j]:.3f}">{piece}</span>')
-    best = np.argsort(-weights[: row + 1], kind="stable")[:top]
-    most = ", ".join(f"‘{esc(show_token(view.tokens[j]))}’ {weights[j]:.2f}" for j in best)
-    return (f'<p class="as-readout">Query <b>‘{esc(show_token(view.tokens[row]))}’</b> (token {row}, head '
-            f"{head}) puts most weight on {most}.</p>"
-            f'<div class="as-strip" aria-label="the sentence shaded by attention weight">{"".join(spans)}</div>')
 
 
 # -- chapter 5: what grouped-query attention saves --------------------------------------------------

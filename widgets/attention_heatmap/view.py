@@ -1,4 +1,5 @@
-"""Bokeh figures of the attention heatmap: one head large, and a layer's heads as small multiples.
+"""What the attention heatmap draws: one head large and a layer's heads as small multiples (Bokeh), the
+sentence shaded by one query's weights and the KV-bytes table (HTML), from a ``LayerView`` (compute.py).
 
     key →                                         one rect per (query, key) cell the causal mask
   q ┌────────┐                                    allows; the upper triangle stays empty. Hovering
@@ -12,11 +13,13 @@ above white so a tiny weight is still visibly a cell, unlike a masked one.
 """
 from __future__ import annotations
 
+import numpy as np
 from bokeh.models import (BoxAnnotation, ColorBar, ColumnDataSource, CustomJS, FixedTicker, HoverTool,
                           LinearColorMapper, Range1d, TapTool)
 from bokeh.palettes import Blues256
 
-from widgets.common import show_token, themed_figure
+from widgets.attention_heatmap.compute import LayerView, kv_bytes_rows
+from widgets.common import esc, label_html, modelled, show_token, themed_figure
 from widgets.common.theme import ink
 
 LABELLED_TOKENS = 24         # above this many tokens, axes show every few tokens' positions only
@@ -140,3 +143,69 @@ class HeadGrid:
             fig.title.text_font_style = "bold" if h == chosen else "normal"
             fig.outline_line_color = c["text"] if h == chosen else c["grid"]
             fig.outline_line_width = 2 if h == chosen else 1
+
+
+# -- the cells, the sentence strip and the KV table, from a LayerView ------------------------------------
+def cells(view: LayerView, head: int, mode: str) -> dict[str, list]:
+    """Column data for one head's heatmap: one cell per (query, key) pair the mask allows.
+    ``mode`` is "probs" (softmax weights) or "scores" (scaled scores); both go in every tooltip."""
+    T = view.num_tokens
+    rows, cols = np.tril_indices(T)
+    prob, score = view.probs[head, rows, cols], view.scores[head, rows, cols]
+    labels = [show_token(t) for t in view.tokens]     # Bokeh escapes tooltip fields: plain text here
+    return {"x": cols.tolist(), "y": rows.tolist(), "prob": prob.tolist(), "score": score.tolist(),
+            "value": (prob if mode == "probs" else score).tolist(),
+            "qtok": [labels[i] for i in rows], "ktok": [labels[j] for j in cols],
+            "head": [head] * len(rows)}
+
+
+def value_range(view: LayerView, head: int, mode: str) -> tuple[float, float]:
+    """Colour scale: weights always 0–1 (comparable across heads); scores from their min to max."""
+    if mode == "probs":
+        return 0.0, 1.0
+    s = view.scores[head]
+    lo, hi = float(np.nanmin(s)), float(np.nanmax(s))
+    return (lo, hi) if hi > lo else (lo - 1.0, hi + 1.0)
+
+
+WEIGHT_LEVELS = 8              # shades of the sentence strip (classes aw0 … aw7 in widgets.css)
+
+
+def strip_html(view: LayerView, head: int, row: int, top: int = 3) -> str:
+    """The sentence with query token ``row`` outlined and every earlier token shaded by the weight
+    the query gives it; later tokens are greyed out (masked). Everything is escaped."""
+    row = min(max(int(row), 0), view.num_tokens - 1)
+    weights = view.probs[head, row]
+    spans = []
+    for j, tok in enumerate(view.tokens):
+        piece = esc(show_token(tok))
+        if j > row:
+            spans.append(f'<span class="as-tok as-masked" title="masked: after the query">{piece}</span>')
+            continue
+        level = min(int(weights[j] * WEIGHT_LEVELS), WEIGHT_LEVELS - 1)
+        query = " as-query" if j == row else ""
+        spans.append(f'<span class="as-tok aw{level}{query}" title="weight {weights[j]:.3f}">{piece}</span>')
+    best = np.argsort(-weights[: row + 1], kind="stable")[:top]
+    most = ", ".join(f"‘{esc(show_token(view.tokens[j]))}’ {weights[j]:.2f}" for j in best)
+    return (f'<p class="as-readout">Query <b>‘{esc(show_token(view.tokens[row]))}’</b> (token {row}, head '
+            f"{head}) puts most weight on {most}.</p>"
+            f'<div class="as-strip" aria-label="the sentence shaded by attention weight">{"".join(spans)}</div>')
+
+
+def kv_table_html(cfg, num_tokens: int) -> str:
+    """Chapter 5's table: KV bytes per token with one KV head per query head (MHA), the model's own
+    (GQA), or one for all (MQA), and for the reader's sentence."""
+    rows = kv_bytes_rows(cfg, num_tokens)
+    top = max(r["per_token"] for r in rows)
+    body = "".join(
+        f'<tr class="{"ah-this" if r["model"] else ""}"><th scope="row">{r["name"]}'
+        f'{" · this model" if r["model"] else ""}<br><span class="w-small">{r["kv_heads"]} KV '
+        f'head{"s" if r["kv_heads"] > 1 else ""}</span></th>'
+        f'<td><meter min="0" max="{top}" value="{r["per_token"]}"></meter> <b>{r["per_token"]:,} B</b>'
+        f'<br><span class="w-small">{r["formula"]}</span></td><td>{r["sentence"] / 1024:,.1f} KiB</td></tr>'
+        for r in rows)
+    return (f'<table class="ah-kv-table"><caption>Keys and values stored per token with {esc(cfg.name)}\'s '
+            f"shapes in bf16 (2 × layers × KV heads × head dim × 2 bytes): one KV head per query head "
+            f"(MHA), its real {cfg.num_kv_heads} (GQA), or one for all (MQA) · "
+            f"{label_html(modelled('arithmetic from the model config'))}</caption><thead><tr><th>scheme</th>"
+            f"<th>per token</th><th>your {num_tokens} tokens</th></tr></thead><tbody>{body}</tbody></table>")

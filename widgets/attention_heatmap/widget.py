@@ -10,26 +10,27 @@
     the sentence, shaded                           "heads" adds: the layer's 9 heads in 3 GQA groups
                                                    (tap one to show it above), and KV bytes per token
 
-Numbers come from `llm.inspect` (widgets/inspection.py), one pass per sentence; changing layer,
-head, view or query only reslices it.
+Numbers come from `llm.inspect`, one pass per sentence kept per server (`widgets.common.cache.inspection`);
+changing layer, head, view or query only reslices it (compute.py), and view.py draws it.
 """
 from __future__ import annotations
 
 import panel as pn
+import param
 
-from widgets.attention_data import LayerView, cells, kv_bytes_rows, layer_view, strip_html, value_range
-from widgets.attention_plots import HeadGrid, HeadHeatmap
-from widgets.common import (SENTENCE_SOURCE, EngineGate, JobRunner, clip, esc, example, html_pane, is_dark,
-                            label_html, load_example, measured, modelled, reader_sentence, register)
+from widgets.attention_heatmap.compute import LayerView, layer_view
+from widgets.attention_heatmap.view import HeadGrid, HeadHeatmap, cells, kv_table_html, strip_html, value_range
+from widgets.common import (SENTENCE_SOURCE, Widget, clip, esc, example, html_pane, is_dark, label_html, measured,
+                            reader_sentence, register)
+from widgets.common.cache import MAX_CHARS, MAX_TOKENS, forget, inspection
 from widgets.common.timing import timed
-from widgets.inspection import MAX_CHARS, MAX_TOKENS, forget, inspection
 
 SETUPS = {"single": {"text": "The capital of France is", "layer": 13, "head": 8},
           "heads": {"text": "The keys that she left on the table are", "layer": 13, "head": 8}}
 MODES = {"softmax weights": "probs", "scaled scores q·k/√d": "scores"}
 
 
-@example("attention-heatmap")
+@example
 def attention_example(llm) -> dict:
     """Each setup's default sentence and layer, all heads (the chapters' first paint)."""
     out = {}
@@ -39,15 +40,19 @@ def attention_example(llm) -> dict:
     return out
 
 
-class AttentionHeatmap(pn.viewable.Viewer):
-    def __init__(self, engine, setup: str = "single", text: str | None = None, layer: int | None = None,
-                 head: int | None = None, **params):
-        super().__init__(**params)
-        if setup not in SETUPS:
-            raise ValueError(f"setup must be one of {sorted(SETUPS)}, not {setup!r}")
-        s, self._setup = SETUPS[setup], setup
-        self._saved = load_example("attention-heatmap")
-        default = text if text is not None else s["text"]
+@register
+class AttentionHeatmap(Widget):
+    css = "ah"
+    live_text = "attention of {model} on {device}, recomputed as you type"
+    setup = param.Selector(default="single", objects=list(SETUPS), doc="one head (chapter 4), or every head (5)")
+    text = param.String(default=None, allow_None=True, doc="the sentence (the reader's own wins); the setup's if None")
+    layer = param.Integer(default=None, allow_None=True, doc="the layer shown first; the setup's if None")
+    head = param.Integer(default=None, allow_None=True, doc="the head shown first; the setup's if None")
+
+    def __init__(self, engine, **params):
+        super().__init__(engine, **params)
+        s, self._setup = SETUPS[self.setup], self.setup
+        default = self.text if self.text is not None else s["text"]
         self._text, note = clip(reader_sentence(default), MAX_CHARS)
         self._view: LayerView | None = None
         self._label, self._row = "", 0
@@ -57,20 +62,18 @@ class AttentionHeatmap(pn.viewable.Viewer):
             sizing_mode="stretch_width", css_classes=["ah-input", SENTENCE_SOURCE])
         cfg = _default_config()
         self._layer = pn.widgets.IntSlider(label="Layer", start=0, end=cfg.num_layers - 1, width=180,
-                                           value=int(layer if layer is not None else s["layer"]), css_classes=["ah-layer"])
+                                           value=int(self.layer if self.layer is not None else s["layer"]),
+                                           css_classes=["ah-layer"])
         self._head = pn.widgets.Select(label="Head", options=_head_options(cfg), width=150, css_classes=["ah-head"],
-                                       value=int(head if head is not None else s["head"]))
+                                       value=int(self.head if self.head is not None else s["head"]))
         self._mode = pn.widgets.RadioButtonGroup(options=list(MODES), value="softmax weights",
                                                  css_classes=["ah-mode"], variant="outline", align="end")
         self._query = pn.widgets.IntSlider(label="Query token", start=0, end=1, value=0, css_classes=["ah-query"],
                                            width=180)
-        self._notes = html_pane(self._notes_html([note]), ["ah-notes"])
+        self.say(note)
         self._heat = HeadHeatmap(dark)
         self._strip = html_pane("", ["ah-strip-pane"])
         self._caption = html_pane("", ["ah-caption"])
-        self.gate = EngineGate(engine, self._live, example=self._saved,
-                               live_text="attention of {model} on {device}, recomputed as you type")
-        self._runner = JobRunner(on_busy=self.gate.set_busy, name="attention")
         self._heat.row_source.on_change("data", lambda attr, old, new: self._on_row(new["row"][0]))
         self._box.param.watch(self._on_text, ["value", "value_input"])
         self._layer.param.watch(lambda e: self._update(), "value")
@@ -79,29 +82,26 @@ class AttentionHeatmap(pn.viewable.Viewer):
         self._query.param.watch(lambda e: self._on_row(e.new), "value")
         controls = pn.FlexBox(self._layer, self._head, self._query, self._mode, flex_wrap="wrap",
                               align_items="flex-end", sizing_mode="stretch_width")
-        parts = [self._title(), self.gate.pane, self._box, self._notes, controls,
+        parts = [self._title(), self.gate.pane, self._box, self.notes, controls,
                  pn.pane.Bokeh(self._heat.figure, sizing_mode="stretch_width", max_width=600),
                  self._strip, self._caption]
         self._grid = self._kv = None
-        if setup == "heads":
+        if self._setup == "heads":
             self._grid = HeadGrid(dark, 9, 3, on_pick=lambda h: setattr(self._head, "value", h))
             self._kv = html_pane("", ["ah-kv"])
             parts += [html_pane('<p class="w-title ah-grid-title">All 9 heads of this layer, one row per '
                                 "<b>GQA group</b>: the three query heads of a row search the same keys (one KV "
                                 "head). Tap a head to show it above.</p>"),
                       self._grid.layout, self._kv]
-        self._layout = pn.Column(*parts, sizing_mode="stretch_width", css_classes=["ah-widget"])
+        self.layout = pn.Column(*parts, sizing_mode="stretch_width", css_classes=["ah-widget"])
         self._paint_saved()
         self.gate.start()
 
-    def __panel__(self):
-        return self._layout
-
     def _title(self):
         more = (" Below it, every head of the layer at once." if self._setup == "heads" else "")
-        return html_pane('<p class="w-title"><b>Attention heatmap</b> — each row is a token of your sentence '
-                         "looking back at the tokens before it (columns). Hover a row, or move the query "
-                         f"slider, to see where that token looks.{more}</p>")
+        return self.title("<b>Attention heatmap</b> — each row is a token of your sentence looking back at the "
+                          "tokens before it (columns). Hover a row, or move the query slider, to see where that "
+                          f"token looks.{more}")
 
     # -- events ---------------------------------------------------------------------------------
     def _on_text(self, *events) -> None:              # value and value_input may change in one message
@@ -109,10 +109,10 @@ class AttentionHeatmap(pn.viewable.Viewer):
         if text == self._text and self._view is not None and self.gate.live:
             return
         self._text = text
-        self._notes.object = self._notes_html([note])
+        self.say(note)
         self._update(debounce_ms=80)
 
-    def _live(self, llm) -> None:
+    def on_live(self, llm) -> None:
         cfg = llm.config                                # another model may have other shapes
         self._layer.end = cfg.num_layers - 1
         if len(self._head.options) != cfg.num_heads:
@@ -128,13 +128,13 @@ class AttentionHeatmap(pn.viewable.Viewer):
             ins, note, took = inspection(llm, text)
             job.check()
             return layer_view(ins, layer), note, measured(llm.device_name, took) + " (one forward pass)"
-        self._runner.submit(work, self._show, on_error=self.gate.error, debounce_ms=debounce_ms)
+        self.jobs.submit(work, self._show, on_error=self.gate.error, debounce_ms=debounce_ms)
 
     def _show(self, out) -> None:
         view, note, label = out
         new_sentence = self._view is None or view.tokens != self._view.tokens
         self._view, self._label = view, label
-        self._notes.object = self._notes_html([note])
+        self.say(note)
         self._layer.disabled = False
         if new_sentence:
             self._row = view.num_tokens - 1           # the last token: the one predicting what comes next
@@ -153,11 +153,11 @@ class AttentionHeatmap(pn.viewable.Viewer):
 
     # -- painting -------------------------------------------------------------------------------
     def _paint_saved(self) -> None:
-        if self._saved is None or self._setup not in self._saved.data:
+        if self.example is None or self._setup not in self.example.data:
             self._strip.object = '<p class="placeholder">The heatmap appears once the model is loaded.</p>'
             return
-        view = LayerView.from_json(self._saved.data[self._setup])
-        self._view, self._label, self._row = view, self._saved.label, view.num_tokens - 1
+        view = LayerView.from_json(self.example.data[self._setup])
+        self._view, self._label, self._row = view, self.example.label, view.num_tokens - 1
         self._layer.value = view.layer
         self._layer.disabled = True                     # the saved example holds one layer
         yours = "" if "".join(view.tokens) == self._text else (
@@ -185,28 +185,7 @@ class AttentionHeatmap(pn.viewable.Viewer):
                                 f"is the causal mask. {label_html(self._label)}</p>")
         if self._grid is not None:
             self._grid.show(view.tokens, [cells(view, h, "probs") for h in range(heads)], head)
-            self._kv.object = self._kv_html(T)
-
-    def _kv_html(self, num_tokens: int) -> str:
-        cfg = self.gate.llm.config if self.gate.live else _default_config()
-        rows = kv_bytes_rows(cfg, num_tokens)
-        top = max(r["per_token"] for r in rows)
-        body = "".join(
-            f'<tr class="{"ah-this" if r["model"] else ""}"><th scope="row">{r["name"]}'
-            f'{" · this model" if r["model"] else ""}<br><span class="w-small">{r["kv_heads"]} KV '
-            f'head{"s" if r["kv_heads"] > 1 else ""}</span></th>'
-            f'<td><meter min="0" max="{top}" value="{r["per_token"]}"></meter> <b>{r["per_token"]:,} B</b>'
-            f'<br><span class="w-small">{r["formula"]}</span></td><td>{r["sentence"] / 1024:,.1f} KiB</td></tr>'
-            for r in rows)
-        return (f'<table class="ah-kv-table"><caption>Keys and values stored per token with {esc(cfg.name)}\'s '
-                f"shapes in bf16 (2 × layers × KV heads × head dim × 2 bytes): one KV head per query head "
-                f"(MHA), its real {cfg.num_kv_heads} (GQA), or one for all (MQA) · "
-                f"{label_html(modelled('arithmetic from the model config'))}</caption><thead><tr><th>scheme</th>"
-                f"<th>per token</th><th>your {num_tokens} tokens</th></tr></thead><tbody>{body}</tbody></table>")
-
-    @staticmethod
-    def _notes_html(notes) -> str:
-        return "".join(f'<p class="w-note">{esc(n)}</p>' for n in notes if n)
+            self._kv.object = kv_table_html(self.gate.llm.config if self.gate.live else _default_config(), T)
 
 
 def _head_options(cfg) -> dict[str, int]:
@@ -217,12 +196,6 @@ def _head_options(cfg) -> dict[str, int]:
 def _default_config():
     from engine import ModelConfig
     return ModelConfig()          # before the model is loaded: the embedded model's shapes
-
-
-@register("attention-heatmap")
-def make_attention_heatmap(engine, **args) -> AttentionHeatmap:
-    """Factory for ``::: widget attention-heatmap {"setup": "single" | "heads", "text": ...}``."""
-    return AttentionHeatmap(engine, **args)
 
 
 def bench(llm, repeats: int = 7) -> dict:
@@ -239,7 +212,7 @@ def bench(llm, repeats: int = 7) -> dict:
         strip_html(view, head, row)
 
     def new_sentence():
-        forget()
+        forget(llm)
         view = layer_view(inspection(llm, text)[0], 13)
         paint(view, 8, "probs", view.num_tokens - 1)
         return view

@@ -1,1 +1,1 @@
-"""`batching-timeline` (chapter 14): widget.py (Panel) → view.py (Gantt) → compute.py (private engines); slots.py."""
+"""`batching-timeline` (chapter 14): widget.py (Panel) → view.py (Gantt) → compute.py (private engines)."""

@@ -15,7 +15,7 @@ read from the engine's StepRecords alone. Each request is, at each step, in one 
 
 Each run's private engine is released when the run ends, however it ends (``release``: what is left is
 aborted, the allocator is checked for blocks still in use, the memory freed). Runs wait for one of the
-server's run slots (slots.py).
+server's run slots (widgets/common/sharing.py: BATCHING_RUNS).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from widgets.batching_timeline.slots import server_run_slot
+from widgets.common.sharing import BATCHING_RUNS
 from widgets.common.sandboxes import release, sandbox
 
 SEATS = 4                  # max_num_seqs: the batch's seats, as in the chapter's example
@@ -126,10 +126,10 @@ def run_mode(llm, reqs: list[Req], mode: str, kv_blocks: int = DEFAULT_BLOCKS, p
 
 
 def run_both(llm, reqs: list[Req], kv_blocks: int, preemption: str, job) -> dict:
-    """Static, then continuous, in one of the server's run slots; ``job.post((mode, runs so far))`` after
+    """Static, then continuous, in one of the server's run seats; ``job.post((mode, runs so far))`` after
     each step, and ``(None, {})`` while waiting for a slot."""
     runs: dict = {}
-    with server_run_slot(job, waiting=lambda: job.post((None, runs))):
+    with BATCHING_RUNS.seat(job.check, on_place=lambda _place: job.post((None, runs))):
         for mode in MODES:
             runs[mode] = run_mode(llm, reqs, mode, kv_blocks, preemption, job,
                                   on_progress=lambda t, m=mode: job.post((m, {**runs, m: t})))

@@ -7,7 +7,7 @@ schedulers, each in a private engine on the loaded model, drawn as Gantt charts 
                                       two Gantts + tokens per step, a comparison table, your runs
 
 The engine side is compute.py, the drawing view.py. One run at a time per reader (a new Run or Stop
-cancels the old one between two steps), at most two readers' runs at once on the server (slots.py),
+cancels the old one between two steps), at most two readers' runs at once on the server (sharing.BATCHING_RUNS),
 and a run's private engine is released in its ``finally`` when the reader leaves mid-run.
 """
 from __future__ import annotations

@@ -17,25 +17,63 @@
     stepper   Stepper                        a row of steps walked with ← → (llm-viz's habit)
     timing    median_ms, timed               server milliseconds for the widgets' benchmark
     testing   browser and example test helpers (imported by tests only)
-"""
-from widgets.common.base import Widget, notes_html
-from widgets.common.cache import cached, inspection
-from widgets.common.examples import Example, example, load_example
-from widgets.common.gate import EngineGate, watch_engine
-from widgets.common.handle import EngineSnapshot, EngineStatus
-from widgets.common.jobs import Cancelled, Job, JobRunner
-from widgets.common.labels import label_html, measured, modelled, recorded
-from widgets.common.passes import RequestPasses, describe, request_passes
-from widgets.common.registry import register
-from widgets.common.sandboxes import page_sandbox, page_sandboxes, release, sandbox
-from widgets.common.sentence import SENTENCE_SOURCE, reader_sentence
-from widgets.common.stepper import Stepper
-from widgets.common.text import card_table, clamp, clip, esc, plural, show_token
-from widgets.common.theme import MARKERS, PALETTE, html_pane, is_dark, stylesheets, style_figure, themed_figure
 
-__all__ = ["Widget", "notes_html", "cached", "inspection", "Example", "example", "load_example", "EngineGate",
-           "watch_engine", "EngineSnapshot", "EngineStatus", "Cancelled", "Job", "JobRunner", "label_html",
-           "measured", "modelled", "recorded", "RequestPasses", "describe", "request_passes", "register",
-           "page_sandbox", "page_sandboxes", "release", "sandbox", "SENTENCE_SOURCE", "reader_sentence",
-           "Stepper", "card_table", "clamp", "clip", "esc", "plural", "show_token", "MARKERS", "PALETTE",
-           "html_pane", "is_dark", "stylesheets", "style_figure", "themed_figure"]
+Names are looked up lazily: `from widgets.common import esc` imports only widgets/common/text.py, so an
+engine-side compute.py that takes `release` from the toolkit does not pull in Panel with it.
+"""
+from __future__ import annotations
+
+import importlib
+
+_HOME = {
+    "Widget": "base",
+    "notes_html": "base",
+    "cached": "cache",
+    "inspection": "cache",
+    "Example": "examples",
+    "example": "examples",
+    "load_example": "examples",
+    "EngineGate": "gate",
+    "watch_engine": "gate",
+    "EngineSnapshot": "handle",
+    "EngineStatus": "handle",
+    "Cancelled": "jobs",
+    "Job": "jobs",
+    "JobRunner": "jobs",
+    "label_html": "labels",
+    "measured": "labels",
+    "modelled": "labels",
+    "recorded": "labels",
+    "recorded_label": "labels",
+    "RequestPasses": "passes",
+    "describe": "passes",
+    "request_passes": "passes",
+    "register": "registry",
+    "page_sandbox": "sandboxes",
+    "page_sandboxes": "sandboxes",
+    "release": "sandboxes",
+    "sandbox": "sandboxes",
+    "SENTENCE_SOURCE": "sentence",
+    "reader_sentence": "sentence",
+    "Stepper": "stepper",
+    "card_table": "text",
+    "clamp": "text",
+    "clip": "text",
+    "esc": "text",
+    "plural": "text",
+    "show_token": "text",
+    "MARKERS": "theme",
+    "PALETTE": "theme",
+    "html_pane": "theme",
+    "is_dark": "theme",
+    "stylesheets": "theme",
+    "style_figure": "theme",
+    "themed_figure": "theme",
+}
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f"widgets.common.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'widgets.common' has no attribute {name!r}")

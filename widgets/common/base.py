@@ -51,14 +51,16 @@ class Widget(pn.viewable.Viewer):
     live_text: ClassVar[str] = "computed by {model} on {device} as you change the inputs"
     own_thread: ClassVar[bool] = False            # long jobs (a generation) get a thread each, not the pool
     empty_prompt: ClassVar[str] = "The prompt is empty: type a sentence first."
+    shows_example: ClassVar[bool] = True         # False: it computes at once (no model needed), no example line
 
     def __init__(self, engine, **params):
         super().__init__(**params)
         self.example: Example | None = load_example(self.directive())
         self.notes = html_pane("", [f"{self.css}-notes"])
-        self.gate = EngineGate(engine, self.on_live, example=self.example, live_text=self.live_text)
+        self.gate = EngineGate(engine, self.on_live, example=self.example if self.shows_example else None,
+                               live_text=self.live_text)
         self.jobs = JobRunner(on_busy=self.on_busy, own_thread=self.own_thread, name=self.directive())
-        self._run_buttons: list[tuple[pn.widgets.Button, str]] = []
+        self._run_buttons: list[tuple[pn.widgets.Button, str, str]] = []
         self._closers: list[Callable[[], None]] = []
         self._closed = False
         if in_session():       # the websocket's close is immediate; Bokeh's session sweep comes ~17 s later
@@ -79,9 +81,9 @@ class Widget(pn.viewable.Viewer):
     def on_busy(self, busy: bool) -> None:
         """A job started (True) or ended (False): the status line and the run buttons follow."""
         self.gate.set_busy(busy)
-        for button, label in self._run_buttons:
+        for button, label, color in self._run_buttons:
             button.label = "Stop" if busy else label
-            button.color = "warning" if busy else "primary"
+            button.color = "warning" if busy else color
 
     def stop(self) -> None:
         """Stop pressed: cancel the running job (a widget that keeps partial results overrides this)."""
@@ -91,14 +93,14 @@ class Widget(pn.viewable.Viewer):
     def say(self, *notes: str | None, progress: str = "") -> None:
         self.notes.object = notes_html(notes, progress, self.css)
 
-    def run_button(self, label: str, on_run: Callable[[], None], **kw) -> pn.widgets.Button:
-        """A primary button that starts the widget's work, and reads "Stop" while it runs (a press then
-        calls ``stop()``). Disabled until the model is live unless ``disabled=False`` is given."""
+    def run_button(self, label: str, on_run: Callable[[], None], color: str = "primary", **kw) -> pn.widgets.Button:
+        """A button that starts the widget's work, and reads "Stop" while it runs (a press then calls
+        ``stop()``). Disabled until the model is live unless ``disabled=False`` is given."""
         kw.setdefault("disabled", True)
         kw.setdefault("css_classes", [f"{self.css}-run"])
-        button = pn.widgets.Button(label=label, color="primary", **kw)
+        button = pn.widgets.Button(label=label, color=color, **kw)
         button.on_click(lambda _event: self.stop() if self.jobs.busy else on_run())
-        self._run_buttons.append((button, label))
+        self._run_buttons.append((button, label, color))
         return button
 
     def read_prompt(self, text: str | None, limit: int, empty: str | None = None) -> tuple[str, str | None] | None:

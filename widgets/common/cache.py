@@ -50,7 +50,7 @@ def forget(llm=None) -> None:
 # -- one forward pass over the reader's sentence, for the widgets that look inside the model ----------
 # The attention heatmap (chapters 4–5), the MLP widget (7), the RoPE widget (6) and the forward pass (8–9)
 # read `llm.inspect(text)`: every layer's hidden states, attention, queries, keys and MLP activations.
-# A 64-token pass costs a few hundred ms on two CPU cores and holds ~40 MB: the last few are kept.
+# A 64-token pass costs a few hundred ms on two CPU cores and holds ~80 MB: the last four are kept.
 MAX_TOKENS = 64            # the heatmap's limit: 64 x 64 cells stay readable and fast
 MAX_CHARS = 600            # what a text box accepts (64 tokens are rarely more than ~400 characters)
 KEEP_PASSES = 4

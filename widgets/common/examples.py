@@ -24,16 +24,12 @@ from typing import Any, Callable
 from widgets.common.labels import recorded
 from widgets.common.registry import directive_of, folder_of, registry
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"     # TRANSITION: widgets not yet in folders
 _COMPUTE: dict[str, Callable[[Any], Any]] = {}
 
 
 def example(fn=None, *, name: str | None = None):
     """``@example`` on ``fn(llm) -> data`` in a widget's folder: the way to compute its saved example
     (``example.json`` beside it)."""
-    if isinstance(fn, str):                      # TRANSITION: @example("name") in a flat module
-        fn, name = None, fn
-
     def register(f):
         _COMPUTE[name or directive_of(f.__module__)] = f
         return f
@@ -41,8 +37,7 @@ def example(fn=None, *, name: str | None = None):
 
 
 def example_path(name: str) -> Path:
-    path = folder_of(name) / "example.json"
-    return path if path.exists() or (path.parent / "widget.py").exists() else EXAMPLES_DIR / f"{name}.json"
+    return folder_of(name) / "example.json"
 
 
 def command(name: str) -> str:

@@ -76,7 +76,7 @@ def loading_text(snap) -> str:
 class EngineGate:
     def __init__(self, engine, on_ready: Callable[[object], None], example=None,
                  live_text: str = "computed by {model} on {device} as you change the inputs"):
-        self.engine, self._on_ready, self.example, self._live_text = engine, on_ready, example, live_text
+        self.engine, self._on_ready, self._example, self._live_text = engine, on_ready, example, live_text
         self.state, self.busy, self.message = "loading", False, ""
         self.llm = None
         self.pane = html_pane(self._html(None), ["w-status-pane"])
@@ -88,6 +88,16 @@ class EngineGate:
             pn.state.onload(self.check)
         else:
             self.check()
+
+    @property
+    def example(self):
+        """The saved example the widget is showing while the model loads (None: it shows none)."""
+        return self._example
+
+    @example.setter
+    def example(self, example) -> None:
+        self._example = example
+        self._render()
 
     @property
     def live(self) -> bool:

@@ -1,8 +1,9 @@
-"""Where every number comes from, in the same words everywhere (WIDGETS.md, point 4).
+"""Where every number comes from, in the same words everywhere (widgets/README.md, point 3).
 
     measured(llm.device_name)                 -> "measured on cpu (2 threads)"
     recorded("NVIDIA H200", "python -m engine bench kernels", "2025-11-20")
                                               -> "recorded on NVIDIA H200 by `python -m engine bench kernels` (2025-11-20)"
+    recorded_label(load_recorded("kernels"))  -> the same, from a recorded file's own fields
     modelled()                                -> "modelled"
     label_html(measured("cpu (2 threads)"))   -> '<span class="w-label w-label-measured">measured on …</span>'
 
@@ -24,6 +25,11 @@ def measured(device_name: str, took_s: float | None = None) -> str:
 def recorded(device_name: str, command: str, date: str) -> str:
     """Shipped data: computed ahead of time by ``command`` on ``device_name`` on ``date``."""
     return f"recorded on {device_name} by `{command}` ({date})"
+
+
+def recorded_label(data: dict) -> str:
+    """``recorded(...)`` of a recorded benchmark file (engine/bench/data/*.json): its device, command, date."""
+    return recorded(data["device"], data["command"], data["date"])
 
 
 def modelled(detail: str = "") -> str:

@@ -1,4 +1,4 @@
-"""What the engine did for one request, read from its own step trace (engine/trace.py).
+"""What the engine did for one request, read from its own step trace (engine/core/step_trace.py).
 
 A widget must not assume "1 prefill + N−1 decodes": with prefix caching part of the prompt is never
 computed, with chunked prefill a long prompt takes several passes, and a preempted request computes

@@ -44,9 +44,6 @@ def folder_of(name: str) -> Path:
 def register(factory=None, *, name: str | None = None):
     """``@register`` on a widget class (or a ``factory(engine_handle, **args)`` function) in its folder's
     widget.py: it builds the directive named after that folder."""
-    if isinstance(factory, str):                 # TRANSITION: @register("name") in a flat module
-        factory, name = None, factory
-
     def add(fn):
         key = name or directive_of(fn.__module__)
         if key in REGISTRY and REGISTRY[key] is not fn:
@@ -68,16 +65,6 @@ def registry() -> dict[str, Callable[..., object]]:
             if not _DISCOVERED.is_set():
                 for folder in widget_folders():
                     importlib.import_module(f"widgets.{folder}.widget")
-                _discover_flat()                 # TRANSITION: widgets not yet in their folders
                 _DISCOVERED.set()
     return REGISTRY
 
-
-def _discover_flat() -> None:
-    import pkgutil
-    for info in pkgutil.iter_modules([str(PACKAGE)]):
-        if info.name.startswith(("_", "bench")) or info.name in NOT_WIDGETS:
-            continue
-        if info.ispkg and (PACKAGE / info.name / "widget.py").exists():
-            continue
-        importlib.import_module(f"widgets.{info.name}")

@@ -1,4 +1,4 @@
-"""The reader's sentence, carried from widget to widget in the URL (WIDGETS.md, "Beyond the anchors").
+"""The reader's sentence, carried from widget to widget in the URL (one reader follows one sentence from tokens to KV blocks).
 
 What a reader types into chapter 2's tokenizer becomes the default input of every later widget, so
 one reader follows one sentence from tokens to logits to KV blocks, and a copied link shares it:

@@ -69,7 +69,10 @@ class Admission:
                 self._cond.notify_all()
 
 
-ADMISSION = Admission()
+# What a 2-core server admits at once, in one place (each waits in line, told its place, still cancellable):
+ADMISSION = Admission()                 # replies streaming from the shared engine
+BATCHING_RUNS = Admission(seats=2)      # batching-timeline runs: two private engines stepped flat out each
+PARALLEL_RUNS = Admission(seats=1)      # parallelism runs: each starts worker processes that load the model
 
 
 class Reader:

@@ -1,5 +1,5 @@
-"""Server milliseconds per widget update, for each widget module's ``bench(llm) -> dict`` (WIDGETS.md,
-point 7), which ``python -m widgets.bench`` collects into its JSON:
+"""Server milliseconds per widget update, for each widget module's ``bench(llm) -> dict`` (widgets/README.md,
+point 6), which ``python -m widgets.bench`` collects into its JSON:
 
     def bench(llm) -> dict:
         return {"new sentence": median_ms(lambda: compute(llm, "The capital of France is"))}

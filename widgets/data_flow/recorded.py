@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from engine import load_recorded
-from widgets.common.labels import recorded
+from widgets.common.labels import recorded_label
 
 DECODE_STEP_FILE = "latency"
 SMOLLM2_KV_HEADS, SMOLLM2_HEAD_DIM, BF16 = 3, 64, 2
@@ -36,7 +36,7 @@ class Figure:
 
 
 def _label(rec: dict) -> str:
-    return recorded(rec["device"], rec["command"], rec["date"])
+    return recorded_label(rec)
 
 
 def nearest(rows: list[dict], batch: int, context: int) -> dict:

@@ -43,6 +43,7 @@ def data_flow_example(llm) -> dict:
 @register
 class DataFlowWidget(Widget):
     css = "df"
+    shows_example = False        # the diagram is computed at once from the arithmetic: no saved example stands in
     live_text = ("the models are the engine's ModelConfig records, SmolLM2's the one loaded on {device}; every "
                  "time shown is modelled")
     model = param.String(default=DEFAULTS["model"], doc="one of WIDGET_MODELS")
@@ -52,8 +53,6 @@ class DataFlowWidget(Widget):
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        # The diagram is computed at once from the arithmetic, so no saved example stands in while the model loads.
-        self.gate.example = None
         self._models = dict(MODELS)
         notes, model = [], self.model
         if model not in WIDGET_MODELS:

@@ -1,23 +1,33 @@
 """Words as rows of SmolLM2's embedding table: cosine similarity, nearest neighbours, a 2-D PCA map.
-No Panel here; the embedding explorer (widgets/embeddings.py) draws what these functions return.
+No Panel, no HTML here: the explorer (widget.py) draws what these functions return with view.py.
 
     table = llm.embedding_table()            # [vocab, hidden] = [49152, 576]: row i is token i's vector
     w = word_vector(llm, "king")             # " king" is one token: its row
     w = word_vector(llm, "unbelievable")     # three tokens: the mean of their three rows (and it says so)
 
 A word inside a sentence carries its leading space (" king", chapter 2), a different token from "king"
-at the start of a text; ``leading_space`` picks which one the reader means.
+at the start of a text; ``leading_space`` picks which one the reader means. ``compute`` gathers
+everything the widget shows for one set of inputs, as plain data (what the saved example stores).
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
+import regex
 import torch
 
+from widgets.common.cache import cached
 from widgets.common.text import show_token
 
-_NORMS: "weakref.WeakKeyDictionary[object, torch.Tensor]" = weakref.WeakKeyDictionary()
+WORD_LIMIT = 40               # characters in one word box
+MAX_OWN_WORDS = 12
+WORD_SETS = {
+    "royalty": ["king", "queen", "prince", "princess", "throne", "crown", "emperor", "royal"],
+    "animals": ["dog", "cat", "horse", "cow", "lion", "tiger", "bird", "fish"],
+    "numbers": ["one", "two", "three", "four", "five", "six", "seven", "eight"],
+}
+OWN = "your words"
+DEFAULT_OWN = "red, green, blue, yellow, coffee, tea"
 
 
 @dataclass(slots=True)
@@ -53,11 +63,9 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _row_norms(llm) -> torch.Tensor:
-    """Length of every row, computed once per engine (the table never changes)."""
-    norms = _NORMS.get(llm)
-    if norms is None:
-        norms = _NORMS[llm] = llm.embedding_table().float().norm(dim=1).clamp_min(1e-12)
-    return norms
+    """Length of every row, computed once per server (the table never changes)."""
+    return cached(llm, "embedding-row-norms", (),
+                  lambda: llm.embedding_table().float().norm(dim=1).clamp_min(1e-12))
 
 
 def nearest(llm, query: WordVector, k: int = 10) -> list[tuple[int, str, float]]:
@@ -108,3 +116,52 @@ def table_facts(llm) -> TableFacts:
     vocab, hidden = table.shape
     return TableFacts(vocab, hidden, str(table.dtype).removeprefix("torch."), table.numel() * table.element_size(),
                       2 * table.numel(), table.numel() // 32 * 34)
+
+
+# -- the explorer's inputs, and everything it shows for them -----------------------------------------
+@dataclass(slots=True)
+class Inputs:
+    word_a: str = "king"
+    word_b: str = "queen"
+    near: str = "king"
+    sets: tuple = ("royalty", "animals", "numbers", OWN)
+    own: str = DEFAULT_OWN
+    leading_space: bool = True
+
+
+def own_words(text: str) -> list[str]:
+    """The reader's words: comma-separated, or the distinct words of a sentence; at most 12."""
+    parts = [p.strip() for p in text.split(",")] if "," in text else regex.findall(r"[\p{L}\p{N}'’-]+", text)
+    seen, out = set(), []
+    for p in parts:
+        p = p[:WORD_LIMIT]
+        if p and p.lower() not in seen:
+            seen.add(p.lower())
+            out.append(p)
+    return out[:MAX_OWN_WORDS]
+
+
+def compute(llm, inp: Inputs) -> dict:
+    """Everything the widget shows, as plain data (also what the saved example stores)."""
+    out: dict = {"inputs": [inp.word_a, inp.word_b, inp.near]}
+    try:
+        a, b = word_vector(llm, inp.word_a, inp.leading_space), word_vector(llm, inp.word_b, inp.leading_space)
+        out["compare"] = {"a": a.text, "b": b.text, "cos": cosine(a.vector, b.vector), "how": [a.how, b.how]}
+    except ValueError:
+        out["compare"] = None
+    try:
+        q = word_vector(llm, inp.near, inp.leading_space)
+        out["nearest"] = {"word": q.text, "how": q.how, "rows": nearest(llm, q)}
+    except ValueError:
+        out["nearest"] = None
+    groups = {name: WORD_SETS.get(name) or own_words(inp.own) for name in inp.sets}
+    points = [(name, word_vector(llm, w, inp.leading_space)) for name, words in groups.items() for w in words]
+    if points:
+        coords, share = pca_2d(torch.stack([v.vector for _, v in points]))
+        out["map"] = {"share": share, "points": [[name, v.word, " · ".join(show_token(p) for p in v.pieces), len(v.ids), *xy]
+                                                 for (name, v), xy in zip(points, coords.tolist())]}
+    else:
+        out["map"] = {"share": [0.0, 0.0], "points": []}
+    f = table_facts(llm)
+    out["facts"] = [f.vocab, f.hidden, f.dtype, f.bytes_here, f.bytes_bf16, f.bytes_q8_0]
+    return out

@@ -1,6 +1,6 @@
-"""How the embedding explorer draws its numbers: HTML for the cosine and the neighbour list, a Bokeh
-scatter for the PCA map (one renderer per word set, so the legend, colours and markers never move).
-Everything that came from the reader is escaped here."""
+"""How the embedding explorer draws its numbers (compute.py's plain data): HTML for the cosine and the
+neighbour list, a Bokeh scatter for the PCA map (one renderer per word set, so the legend, colours and
+markers never move). Everything that came from the reader is escaped here."""
 from __future__ import annotations
 
 import panel as pn
@@ -46,6 +46,13 @@ def facts_html(facts: list, label: str, modelled_label: str) -> str:
             f"Here, in {esc(dtype)}: <b>{_mb(here)}</b> {label_html(label.split(' in ')[0])}. "
             f"In bf16 it would take {_mb(bf16)}, and as Q8_0, the 8-bit format the shipped file uses for it "
             f"(32 values in 34 bytes), {_mb(q8)} {label_html(modelled_label)}.</p>")
+
+
+def map_note_html(share: list[float], label: str) -> str:
+    """What the two axes of the map keep of the words' spread."""
+    return (f'<p class="w-small">PCA keeps the two directions along which these words differ most: they carry '
+            f"{100 * share[0]:.0f}% and {100 * share[1]:.0f}% of the spread among them; the other 574 "
+            f"dimensions are flattened away. Hover a point for its tokens. {label_html(label)}</p>")
 
 
 _SYMBOL = {"circle": "●", "square": "■", "triangle": "▲", "diamond": "◆", "inverted_triangle": "▼", "hex": "⬢", "star": "★"}

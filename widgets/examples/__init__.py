@@ -1,2 +1,2 @@
-"""Saved first examples of the widgets (``<name>.json``); ``python -m widgets.examples`` recomputes them.
-See widgets/common/examples.py."""
+"""`python -m widgets.examples [NAME ...]` recomputes the widgets' saved first examples (each widget's own
+example.json) with the real model on the CPU. See widgets/common/examples.py."""

@@ -7,14 +7,17 @@
       │                             ▲ │                      ▲
       └──────── residual ───────────┘ └────── residual ──────┘
 
-  The stages are rebuilt from what inspect recorded (the stream entering the block, the attention
-  probabilities and values, the MLP's gated activations) with the model's own norms and
-  projections, so the last stage equals inspect's stream entering the next block.
+  Every stage is what inspect recorded as the model ran the block (the stream entering it, the
+  normalised inputs, what attention and the MLP added, the stream between the two adds), so the
+  last stage is inspect's stream entering the next block.
 * ``residual_norms``: the length of every token's residual-stream vector after each layer.
-* ``logit_lens``: the final RMSNorm and the LM head applied to the stream after each layer — what
-  the model would predict if it stopped there. After the last layer it is the model's prediction.
+* ``logit_lens``: the final RMSNorm and the LM head applied to the stream after each layer
+  (`Inspection.logit_lens`) — what the model would predict if it stopped there. After the last
+  layer it is the model's prediction.
+* ``pass_data``: all of it as the JSON-able record the page paints (and the saved example stores).
 
-Pure functions of the engine's objects: no Panel here.
+One pass per sentence is kept per server (`widgets.common.cache.inspection`); another token or block
+only reads another slice of it. Pure functions of the engine's records: no Panel here.
 """
 from __future__ import annotations
 
@@ -52,27 +55,20 @@ def _top_dims(v: torch.Tensor, k: int = 3) -> str:
     return ", ".join(f"#{i} ({float(v[i]):+.2f})" for i in idx)
 
 
-@torch.inference_mode()
 def block_stages(llm, ins, layer: int, token: int) -> list[Stage]:
     """The seven stages of block ``layer`` (0-based) for position ``token`` of an inspection."""
-    cfg, block = llm.config, llm.model.layers[layer]
+    cfg = llm.config
     n, d, heads, kv_heads, hd = len(ins.token_ids), cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    dev, dt = llm.model.embed.weight.device, llm.model.embed.weight.dtype
-    run = lambda module, v: module(v.to(dev, dt)).float().cpu()    # noqa: E731  the model's own layer
 
     x = ins.hidden_states[layer]                                    # [n, d]: the stream entering
-    a_in = run(block.attention_norm, x)
-    # Attention output of every query row, rebuilt from inspect's probabilities and values:
-    # each query head mixes the values of its KV head (GQA: heads / kv_heads query heads share one).
+    a_in = ins.attention_in[layer]                                  # RMSNorm(x)
     probs = ins.attention[layer]                                    # [heads, n, n]
-    v = ins.v[layer].repeat_interleave(heads // kv_heads, dim=1)    # [n, heads, hd]
-    mixed = torch.einsum("hts,shd->thd", probs, v).reshape(n, heads * hd)
-    attn = run(block.attention.wo, mixed)                           # [n, d]
-    h = x + attn
-    m_in = run(block.ffn_norm, h)
+    attn = ins.attention_out[layer]                                 # [n, d]: wo · the heads' mixed values
+    h = ins.mid_states[layer]                                       # x + attention
+    m_in = ins.mlp_in[layer]                                        # RMSNorm(h)
     acts = ins.mlp_activations[layer]                               # [n, intermediate]: silu(gate) * up
-    mlp = run(block.mlp.w2, acts)
-    out = h + mlp
+    mlp = ins.mlp_out[layer]                                        # w2 · acts
+    out = ins.hidden_states[layer + 1]                              # h + MLP: the next block's input
 
     t = token
     looked = probs[:, t].mean(0)                                    # head-averaged attention of this token
@@ -128,17 +124,14 @@ class LensRow:
     answer_rank: int                 # its rank at this layer (1 = top)
 
 
-@torch.inference_mode()
-def lens_logits(llm, ins, token: int) -> torch.Tensor:
+def lens_logits(ins, token: int) -> torch.Tensor:
     """[layers + 1, vocab]: final RMSNorm + LM head applied to the stream of position ``token``
     after each layer. The last row is the model's own logits for that position."""
-    model = llm.model
-    w = model.embed.weight
-    return model.compute_logits(model.norm(ins.hidden_states[:, token].to(w.device, w.dtype))).float().cpu()
+    return ins.logit_lens(token)
 
 
-def logit_lens(llm, ins, token: int, k: int = 5) -> list[LensRow]:
-    probs = torch.softmax(lens_logits(llm, ins, token), dim=-1)
+def logit_lens(ins, token: int, k: int = 5) -> list[LensRow]:
+    probs = torch.softmax(lens_logits(ins, token), dim=-1)
     answer = int(probs[-1].argmax())
     rows = []
     for layer, p in enumerate(probs):
@@ -158,4 +151,11 @@ def lens_data(llm, ins, token: int, k: int = 5) -> list[dict]:
     """Per layer: the top-k tokens [id, text, p], and the final prediction's probability and rank."""
     decode = llm.tokenizer.decode
     return [{"layer": r.layer, "top": [[i, decode([i]), p] for i, p in r.top], "answer_p": r.answer_p,
-             "answer_rank": r.answer_rank} for r in logit_lens(llm, ins, token, k)]
+             "answer_rank": r.answer_rank} for r in logit_lens(ins, token, k)]
+
+
+def pass_data(llm, text: str, ins, block: int, token: int) -> dict:
+    """Everything the page paints, JSON-able (the saved example has this form)."""
+    return {"text": text, "tokens": ins.tokens, "token_ids": ins.token_ids, "block": block,
+            "token": token, "norms": residual_norms(ins), "stages": stages_data(llm, ins, block - 1, token),
+            "lens": lens_data(llm, ins, token)}

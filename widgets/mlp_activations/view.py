@@ -1,4 +1,5 @@
-"""Bokeh figures of the MLP widget: all 1,536 neurons of one token, and one neuron across the sentence.
+"""What the MLP widget draws: all 1,536 neurons of one token and one neuron across the sentence (Bokeh),
+the token's path, the strongest neurons' table and the neuron's line (HTML), from compute.py's data.
 
     up ▲        ·  ·   ●           every neuron is a dot at (gate, up), coloured by its product
        │ · · ·:·:·· ·  ·           SiLU(gate) × up: left of gate = 0 the gate is shut (products near 0,
@@ -9,11 +10,13 @@
 """
 from __future__ import annotations
 
+import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, LinearColorMapper, Span, TapTool
 
-from widgets.common import show_token, themed_figure
+from widgets.common import esc, label_html, show_token, themed_figure
 from widgets.common.theme import ink
+from widgets.mlp_activations.compute import strongest_tokens
 
 LABELLED_TOKENS = 24
 
@@ -93,3 +96,39 @@ class MLPPlots:
                                       else {i: str(i) for i in range(0, T, step)})
         axis.major_label_orientation = 0.9 if step == 1 else 0
         self.profile.title.text = f"neuron {k}, layer {d['layer']}: each token"
+
+
+def flow_html(d: dict, gate, prod) -> str:
+    """The chosen token's way through the MLP, with how many gates are open."""
+    tok = esc(show_token(d["tokens"][d["token"]]))
+    opened = int((gate > 0).sum())
+    return (
+        f'<p class="mlp-flow-line">‘<b>{tok}</b>’ in layer {d["layer"]}: 576 numbers → RMSNorm → '
+        f'<span class="mlp-g">W<sub>gate</sub></span> and <span class="mlp-u">W<sub>up</sub></span> (576 → 1,536 '
+        f"each) → SiLU(gate) × up = 1,536 products → W<sub>down</sub> (1,536 → 576) → added to the token's "
+        f"hidden state.</p><p class=\"w-small\">The gate is open (gate &gt; 0) for {opened:,} of the {len(gate):,} "
+        f"features; SiLU squashes the other {len(gate) - opened:,} towards 0. {int((np.abs(prod) < 0.01).sum()):,} "
+        "products are within 0.01 of 0.</p>")
+
+
+def table_html(d: dict, gate, silu, up, prod) -> str:
+    rows = "".join(
+        f'<tr class="{"mlp-chosen" if n == d["neuron"] else ""}"><th scope="row">{n}</th>'
+        f"<td>{gate[n]:+.2f}</td><td>{silu[n]:+.2f}</td><td>{up[n]:+.2f}</td><td><b>{prod[n]:+.2f}</b></td></tr>"
+        for n in d["top"])
+    return (f'<table class="mlp-table"><caption>The {len(d["top"])} neurons with the largest |product| for '
+            "this token</caption><thead><tr><th>neuron</th><th>gate</th><th>SiLU(gate)</th><th>up</th>"
+            f"<th>product</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def profile_html(d: dict) -> str:
+    """The tokens of the sentence that drive the chosen neuron hardest."""
+    profile = np.asarray(d["profile"])
+    best = ", ".join(f"‘{esc(show_token(d['tokens'][i]))}’ {profile[i]:+.2f}" for i in strongest_tokens(profile))
+    return (f'<p class="mlp-profile-line">Neuron <b>{d["neuron"]}</b> of layer '
+            f'{d["layer"]} responds most strongly to {best}.</p>')
+
+
+def caption_html(label: str) -> str:
+    return (f'<p class="w-small">Gate, up and products are the values the layer computed, as '
+            f"<code>inspect</code> recorded them. {label_html(label)}</p>")

@@ -7,11 +7,10 @@ crossed between them, step by step (no Panel, no HTML: view.py draws it).
 `LLM(tensor_parallel_size=3)` makes this server process rank 0 (scheduler + its shard) and starts
 two worker processes; they are ended before the function returns, whatever happens. A server runs
 one split at a time (torch.distributed keeps one process group per process, and two cores have no
-room for more): `RunSlot` queues the others and tells them how many runs are ahead.
+room for more): widgets/common/sharing.py's PARALLEL_RUNS queues the others, each told its place.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 from engine import LLM, ModelConfig, SamplingParams, ideal_bubble, load_recorded, parallel_layout
@@ -19,41 +18,6 @@ from engine import LLM, ModelConfig, SamplingParams, ideal_bubble, load_recorded
 MAX_PROCESSES = 3            # what one reader may start on the serving machine
 MAX_NEW_TOKENS = 32
 MODES = {"tp": "tensor parallel", "pp": "pipeline parallel"}
-
-
-# -- server-wide state: the one slot for a split run, shared by every reader of this server ---------------
-class RunSlot:
-    """One parallel run per server; the others wait in line, each told how many are ahead of it."""
-
-    def __init__(self):
-        self._lock = threading.Lock()           # held by the run in progress
-        self._line = threading.Lock()           # guards _waiting
-        self._waiting = 0
-
-    def acquire(self, cancelled, on_wait) -> bool:
-        """Wait for the slot (False if cancelled while waiting); on_wait(runs ahead) while in line."""
-        with self._line:
-            ahead = self._waiting + 1           # the running one, and those already in line
-            self._waiting += 1
-        try:
-            while not self._lock.acquire(timeout=0.25):
-                if cancelled():
-                    return False
-                on_wait(ahead)
-            return True
-        finally:
-            with self._line:
-                self._waiting -= 1
-
-    def release(self) -> None:
-        self._lock.release()
-
-    @property
-    def busy(self) -> bool:
-        return self._lock.locked()
-
-
-SLOT = RunSlot()                 # the server's only one: every page's run waits here
 
 
 # -- the split ------------------------------------------------------------------------------------------

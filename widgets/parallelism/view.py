@@ -5,7 +5,8 @@ model-written string goes through esc(); marks carry a title (hover) and are foc
 """
 from __future__ import annotations
 
-from widgets.common import esc, label_html, modelled, recorded
+from widgets.common import esc, label_html, modelled
+from widgets.common.labels import recorded_label
 from widgets.common.text import plural
 
 LAYER_NAMES = {"wq": "query", "wk": "key", "wv": "value", "wo": "attention output", "w1": "MLP gate",
@@ -220,7 +221,7 @@ def recorded_line(data: dict | None) -> str:
             parts.append(f"{esc(s['size'])}: {ar['calls']:.0f} all-reduces per step, {ar['ms']:.2f} ms in all")
         elif step and step["stage_sends_all_ranks"]["calls"]:
             parts.append(f"{esc(s['size'])}: bubble {100 * step['bubble_mean']:.0f}%")
-    label = label_html(recorded(data["device"], data["command"], data["date"]))
+    label = label_html(recorded_label(data))
     return f"<p class='w-small'>Beside the model: {'; '.join(parts) or 'no split recorded'} · {label}</p>"
 
 

@@ -8,7 +8,7 @@ all-reduces (calls, bytes = tokens × hidden × 4, time) or the pipeline's timel
 read from the engine's step trace (compute.py, drawn by view.py). Beside it, Llama-3-70B over 8 GPUs,
 NVLink against PCIe (modelled.py).
 
-One run per server at a time (compute.SLOT): a second reader is told their place in line. The run is a
+One run per server at a time (widgets/common/sharing.py: PARALLEL_RUNS): a second reader is told their place in line. The run is a
 job on its own thread; leaving the page cancels it and its processes are ended.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ import param
 
 from widgets.common import Widget, example, html_pane, measured, reader_sentence, register
 from widgets.common.text import clamp, clip
-from widgets.parallelism.compute import (MAX_NEW_TOKENS, MODES, SLOT, check_size, config_of, layout_for, recorded_runs,
+from widgets.common.sharing import PARALLEL_RUNS
+from widgets.parallelism.compute import (MAX_NEW_TOKENS, MODES, check_size, config_of, layout_for, recorded_runs,
                                          run_split, sizes_for)
 from widgets.parallelism.modelled import SCENARIOS, pipeline, tensor_parallel
 from widgets.parallelism.view import (NO_LAYOUT, NO_RUN, modelled_html, progress_html, recorded_line, split_html,
@@ -168,16 +169,12 @@ class ParallelismWidget(Widget):
         mode, size, llm = self._mode.value, int(self._size.value), self.gate.llm
 
         def work(job):
-            if not SLOT.acquire(lambda: job.cancelled, lambda ahead: job.post(
+            with PARALLEL_RUNS.seat(job.check, on_place=lambda place: job.post(
                     f"Another reader's split is running on this server; yours starts when it ends "
-                    f"({ahead} ahead of you).")):
-                return None
-            try:
+                    f"({place} ahead of you).")):
                 started = time.perf_counter()
                 run = run_split(llm, prompt, mode, size, tokens, progress=job.post, cancelled=lambda: job.cancelled)
                 return None if run is None else (run, time.perf_counter() - started)
-            finally:
-                SLOT.release()
         self._progress.object = progress_html("Waiting for the server…")
         self.jobs.submit(work, on_done=self._show_run, on_progress=lambda m: setattr(
             self._progress, "object", progress_html(m)), on_error=self.gate.error)

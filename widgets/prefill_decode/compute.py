@@ -16,7 +16,7 @@ import random
 import time
 from statistics import median
 
-from widgets.common.labels import recorded
+from widgets.common.labels import recorded_label
 from widgets.common.passes import request_passes
 
 DEFAULT_SENTENCE = "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun."
@@ -68,11 +68,6 @@ def measure(llm, sentence: str, lengths, new_tokens: int = NEW_TOKENS, check=lam
 
 
 # -- what the engine recorded on a GPU (engine/bench/data/*.json) -----------------------------------
-def recorded_label(data: dict) -> str:
-    """The label of a recorded benchmark file: its device, the command that made it, and its date."""
-    return recorded(data["device"], data["command"], data["date"])
-
-
 def recorded_latency_rows(data: dict | None) -> list[dict]:
     """Rows of a recorded latency run (``load_recorded("latency")``): dicts with "batch" and "itl_ms" or
     "ttft_ms", and "prompt_tokens" (or "context"), found in ``results`` itself or one level down (e.g.

@@ -1,4 +1,5 @@
-"""The numbers behind the RoPE widget (chapter 6), computed with the model's own rotation, `llm.rope`.
+"""The numbers behind the RoPE widget (chapter 6), computed with the model's own rotation, `llm.rope`
+(no Panel here: widget.py shows them with view.py).
 
 One head's query and key are 64 numbers each, read as 32 pairs; the model pairs dimension i with
 dimension i + 32 and turns pair i by (position × θ_i), θ_i = 100,000^(-2i/64):
@@ -14,34 +15,30 @@ their own positions, which `llm.rope` does with a negative position).
 from __future__ import annotations
 
 import math
-import threading
 
 import torch
+
+from widgets.common.cache import cached, inspection
 
 SOURCE = {"text": "The capital of France is", "query": 4, "key": 3, "layer": 13, "head": 8}
 CURVE = 128                  # distances the score curve covers
 SHIFTS = (100, 1000)         # "the same distance elsewhere": both positions moved by these
 
-_lock = threading.Lock()
-_content: dict[int, tuple] = {}
-
 
 def content(llm) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
     """(q, k, speeds): the unrotated query and key [1, 1, 64] and each pair's turn per position,
-    read off the model's rope function (computed once per model)."""
-    with _lock:
-        hit = _content.get(id(llm))
-        if hit is not None and hit[0] is llm:
-            return hit[1:]
+    read off the model's rope function (computed once per server)."""
+    return cached(llm, "rope-content", (), lambda: _read_content(llm))
+
+
+def _read_content(llm) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    # Chapter 4's sentence: its pass is shared with the widgets that inspect it (the heatmap opens on it).
     s = SOURCE
-    ins = llm.inspect(s["text"])
+    ins, _, _ = inspection(llm, s["text"])
     group = llm.config.num_heads // llm.config.num_kv_heads
     q = llm.rope(ins.q[s["layer"], s["query"], s["head"]][None, None], [-s["query"]])
     k = llm.rope(ins.k[s["layer"], s["key"], s["head"] // group][None, None], [-s["key"]])
-    speeds = pair_speeds(llm)
-    with _lock:
-        _content[id(llm)] = (llm, q, k, speeds)
-    return q, k, speeds
+    return q, k, pair_speeds(llm)
 
 
 def pair_speeds(llm) -> list[float]:

@@ -7,7 +7,9 @@ prompt, shaped by the engine's own sampler, seeded draws from it, and continuati
                                   where its number falls in the running total (the engine's draw)
 
 The first draw with seed s is the first token the engine writes for SamplingParams(seed=s): the
-same generator, the same first number, the same distribution. Pure functions: no Panel here.
+same generator, the same first number, the same distribution. The prompt's pass is kept per server
+(`widgets.common.cache.inspection`), shared with the other widgets that read the reader's sentence.
+No Panel here.
 """
 from __future__ import annotations
 
@@ -16,13 +18,19 @@ from dataclasses import dataclass
 import torch
 
 from engine import SamplingParams, sampling_probs   # the probability half of the engine's sampler
+from widgets.common.cache import MAX_TOKENS as SHARED_TOKENS
+from widgets.common.cache import inspection
 
 TOP = 20                    # candidates shown one by one; the rest are summed into one bar
+CONTINUE_TOKENS = 24        # tokens each continuation writes
 
 
 def next_token_logits(llm, prompt: str, max_tokens: int) -> tuple[list[int], torch.Tensor]:
-    """The prompt's token ids and the model's logits for the token after them, [V]."""
-    ins = llm.inspect(prompt, max_tokens)
+    """The prompt's token ids and the model's logits for the token after them, [V]. A prompt that fits
+    the other widgets' token limit is inspected under it, so the reader's sentence is one pass for all
+    of them (the pass is the same under any limit it fits)."""
+    fits = len(llm.tokenizer.encode(prompt).ids) <= SHARED_TOKENS
+    ins = inspection(llm, prompt, SHARED_TOKENS if fits else max_tokens)[0]
     return ins.token_ids, ins.logits[-1]
 
 
@@ -88,6 +96,11 @@ def shape(llm, logits: torch.Tensor, params: SamplingParams, n: int, seed: int) 
         vocab=logits.shape[-1])
 
 
+def shaped_dict(s: Shaped) -> dict:
+    """A Shaped as JSON-able data (what the page paints, and what the saved example stores)."""
+    return {f: getattr(s, f) for f in Shaped.__slots__}
+
+
 def continuations(llm, prompt: str, params: SamplingParams, max_tokens: int) -> dict[str, list[int]]:
     """Greedy and sampled continuations of ``prompt`` from the shared engine (token ids)."""
     greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
@@ -97,3 +110,9 @@ def continuations(llm, prompt: str, params: SamplingParams, max_tokens: int) -> 
     for name, p in (("greedy", greedy), ("sampled", sampled)):
         out[name] = llm.generate(prompt, p)[0].token_ids
     return out
+
+
+def written(llm, prompt: str, params: SamplingParams, max_tokens: int) -> dict[str, list[list]]:
+    """Both continuations as [token id, its text] pairs (what the page shows, and the saved example)."""
+    out = continuations(llm, prompt, params, max_tokens)
+    return {k: [[i, llm.tokenizer.decode([i])] for i in v] for k, v in out.items()}

@@ -98,7 +98,7 @@ class SpecDecodeWidget(Widget):
                                                      css_classes=["sd-sampling"], align="end")
         self._step_button = pn.widgets.Button(label="Step ▸", button_type="primary", disabled=True, width=100,
                                               css_classes=["sd-step-button"], align="end")
-        self._run_button = self.run_button("Run to the end", lambda: self._go(MAX_TOKENS + 2), width=140,
+        self._run_button = self.run_button("Run to the end", lambda: self._go(MAX_TOKENS + 2), color="default", width=140,
                                            css_classes=["sd-run-button"], align="end")
         self._step_button.on_click(lambda e: self._go(1))
         self.say(note)

@@ -1,16 +1,17 @@
-"""Text -> coloured token spans and an id row, for the tokenizer playground (no Panel here).
+"""The engine side of the tokenizer playground (chapter 2): text -> token ids and the spans they cover
+(no Panel, no HTML here; view.py draws them).
 
-The engine's tokenizer gives each token a character span, widened to whole visible characters
-(grapheme clusters), so a span never splits what the reader sees. When several tokens share one
-visible character (an emoji is 4 UTF-8 bytes, often 2–4 byte-level tokens), their spans overlap;
-we merge them into one coloured segment that carries all their ids:
+Both tokenizers are the engine's own (``llm.tokenizers``): the model's, rebuilt from its file, and
+GPT-2's 50,257-token vocabulary. The engine's tokenizer gives each token a character span, widened to
+whole visible characters (grapheme clusters), so a span never splits what the reader sees. When
+several tokens share one visible character (an emoji is 4 UTF-8 bytes, often 2–4 byte-level tokens),
+their spans overlap; we merge them into one segment that carries all their ids:
 
     text      W h a t ␣ i s ␣ 👋🏽
     tokens    [What][␣is][␣][👋🏽 byte tokens 1..4 ]
     segments  [What][␣is][␣][        👋🏽        ]   <- one segment, ids [.., .., .., ..]
 
-So the segments' texts, in order, are exactly the input text. Each segment and its ids in the id row
-share a ``data-link`` value: hovering one lights the other (assets/widgets.js).
+So the segments' texts, in order, are exactly the input text.
 """
 from __future__ import annotations
 
@@ -19,9 +20,18 @@ from dataclasses import dataclass, field
 
 import regex
 
-from widgets.common.text import esc, plural, show_token
+TOKENIZERS = ("model", "gpt2")          # keys of llm.tokenizers: the model's own, then GPT-2
 
-NUM_COLOURS = 6          # --w-c0 … --w-c5 in assets/widgets.css
+# The samples are the chapter's own examples: its prose sentence and its Python function, plus a
+# technical sentence with units, identifiers and digits.
+SAMPLES = {
+    "English prose": "The train left the station ten minutes late, so we bought coffee and watched the "
+                     "fields roll past until the city came into view.",
+    "Technical text": "Set max_num_batched_tokens=2048 and block_size=16: in bf16, each token's KV cache "
+                      "takes 2 × 30 × 3 × 64 × 2 = 23,040 bytes, so a 4,096-token prompt needs about 94 MB.",
+    "Python code": "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
+                   "    return total / len(values)\n",
+}
 
 
 @dataclass(slots=True)
@@ -84,41 +94,24 @@ def tokenize(tokenizer, text: str) -> Tokenized:
     return Tokenized(tokenizer.name, tokenizer.vocab_size, text, enc.ids, segs, time.perf_counter() - t0)
 
 
-def _visible(text: str, show_ws: bool) -> str:
-    out = esc(text)
-    if show_ws:
-        out = (out.replace(" ", '<span class="ws">·</span>').replace("\t", '<span class="ws">→</span>\t')
-               .replace("\n", '<span class="ws">↵</span>\n'))
+def tokenize_all(llm, text: str) -> list[Tokenized]:
+    return [tokenize(llm.tokenizers.get(key), text) for key in TOKENIZERS]
+
+
+def sample_stats(llm) -> dict[str, dict[str, list]]:
+    """{sample: {tokenizer name: [tokens, characters]}} for the three samples."""
+    out = {}
+    for kind, text in SAMPLES.items():
+        out[kind] = {tk.name: [len(tk.ids), tk.num_chars] for tk in tokenize_all(llm, text)}
     return out
 
 
-def render(tk: Tokenized, key: str, show_ws: bool = False, label: str = "") -> str:
-    """One tokenizer's column: name, counts, coloured spans, the id row, the hover readout."""
-    n = len(tk.ids)
-    cpt = f"{tk.chars_per_token:.1f}" if tk.chars_per_token else "–"
-    spans, ids = [], []
-    colour = 0
-    for seg in tk.segments:
-        piece = tk.text[seg.start:seg.end]
-        if not seg.ids:
-            spans.append(_visible(piece, show_ws))
-            continue
-        link = f"{key}{seg.first}"
-        which = (f"token {seg.first + 1}" if len(seg.ids) == 1
-                 else f"tokens {seg.first + 1}–{seg.first + len(seg.ids)} (one character, {len(seg.ids)} byte-level tokens)")
-        id_text = " ".join(str(i) for i in seg.ids)
-        tip = esc(f"{which} of {n}: “{show_token(piece)}” = id {id_text}")
-        spans.append(f'<span class="tk c{colour % NUM_COLOURS}" data-link="{link}" data-tip="{tip}">'
-                     f"{_visible(piece, show_ws)}</span>")
-        # The id row's spans borrow the tip of their coloured span (widgets.js): half the bytes.
-        ids.extend(f'<span class="tid c{colour % NUM_COLOURS}" data-link="{link}">{tid}</span>' for tid in seg.ids)
-        colour += 1
-    empty = '<span class="placeholder">(empty: type something)</span>' if not tk.text else ""
-    return (f'<div class="tk-col" data-tokenizer="{esc(key)}">'
-            f'<p class="tk-head"><b>{esc(tk.name)}</b> · vocabulary {tk.vocab_size:,}</p>'
-            f'<p class="tk-stats"><b class="tk-count">{plural(n, "token")}</b> · '
-            f'{plural(tk.num_chars, "character")} · {cpt} characters per token</p>'
-            f'<div class="tk-out">{"".join(spans)}{empty}</div>'
-            f'<div class="tk-ids" aria-label="token ids">{" ".join(ids)}</div>'
-            f'<p class="hover-readout w-small" aria-live="polite">Hover or tap a coloured piece to see its id.</p>'
-            f'{label}</div>')
+def saved_tokenized(d: dict, text: str) -> Tokenized:
+    """One tokenizer's entry of the saved example, as the Tokenized it was made from."""
+    return Tokenized(d["name"], d["vocab_size"], text, d["ids"], [Segment(*s) for s in d["segments"]])
+
+
+def text_of(length: int) -> str:
+    """Prose, technical text and code in turn, cut to ``length`` characters (what the benchmarks type)."""
+    mixed = "\n".join(SAMPLES.values())
+    return (mixed * (length // len(mixed) + 1))[:length]
