@@ -83,6 +83,15 @@ def _torch_threads_restored():
         torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny matrices: extra intra-op threads only fight each other (and other jobs) for the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def llm():
     """The real embedded model on CPU in float32, loaded once for the whole run."""

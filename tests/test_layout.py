@@ -1,12 +1,13 @@
-"""The engine's layout rules: no import cycle between its modules, no module named like a standard
-library one, and engine/ never imports Panel."""
+"""The engine's layout rules: its packages form layers (imports only run down), no import cycle
+between its modules, no module named like a standard library one, and engine/ never imports Panel."""
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def module_name(path: Path) -> str:
@@ -62,3 +63,120 @@ def test_no_module_shadows_the_standard_library_and_no_panel():
         assert path.stem not in sys.stdlib_module_names, f"{path} shadows the standard library"
         if path.is_relative_to(ROOT / "engine") or path.is_relative_to(ROOT / "kernels"):
             assert not imports_of(path, "panel"), f"{path} imports Panel"
+
+
+# The engine's floors, bottom to top. A module may import from its own floor and the floors below it,
+# never from one above. Within engine/, only the CLI imports the benchmarks (the package face reaches
+# the widgets' workload helpers lazily, by name, so `import engine` loads no benchmark).
+LAYERS = [
+    ("records", ["engine.config", "engine.sampling_params"]),           # plain settings, read by all
+    ("core", ["engine.core"]),                                          # scheduler, block manager: no tensors
+    ("model", ["engine.model"]),                                        # the Llama, paged attention, sampler
+    ("loader", ["engine.loader"]),                                      # weights and tokenizers -> a Llama
+    ("worker", ["engine.worker"]),                                      # the model runner, the KV cache
+    ("spec_decode", ["engine.spec_decode"]),                            # proposers on the runner's parts
+    ("one engine", ["engine.detokenizer", "engine.outputs", "engine.output_processor",
+                    "engine.llm_engine", "engine.sandbox"]),            # LLMEngine, stepped by its caller
+    ("distributed", ["engine.distributed"]),                            # an LLMEngine over processes
+    ("front door", ["engine.engine_loop", "engine.loop_stats", "engine.unpaged", "engine.introspect",
+                    "engine.llm", "engine"]),                           # LLM, its loop thread, the public API
+    ("bench", ["engine.bench"]),
+    ("cli", ["engine.cli", "engine.__main__"]),
+]
+
+
+def floor_of(module: str) -> int:
+    """The floor of a module: its longest prefix named in LAYERS."""
+    best = (-1, -1)
+    for floor, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                best = max(best, (len(prefix), floor))
+    assert best[1] >= 0, f"{module} is on no floor: add it to LAYERS"
+    return best[1]
+
+
+def test_the_engine_packages_form_layers_and_imports_only_run_down():
+    files = {module_name(p): p for p in (ROOT / "engine").rglob("*.py")}
+    upward = []
+    for module, path in sorted(files.items()):
+        for target in sorted(imports_of(path, "engine")):
+            while target not in files and "." in target:      # `from .x import name`: the module is x
+                target = target.rsplit(".", 1)[0]
+            if floor_of(target) > floor_of(module):
+                upward.append(f"{module} ({LAYERS[floor_of(module)][0]}) imports {target} "
+                              f"({LAYERS[floor_of(target)][0]})")
+    assert not upward, "imports that run up a floor:\n" + "\n".join(upward)
+
+
+def test_only_the_cli_imports_the_benchmarks_and_import_engine_loads_none():
+    bench = [p for p in (ROOT / "engine").rglob("*.py")
+             if not module_name(p).startswith(("engine.bench", "engine.cli"))
+             and any(t.startswith("engine.bench") for t in imports_of(p, "engine"))]
+    assert not bench, f"{bench} import engine/bench/"
+    loaded = subprocess.run([sys.executable, "-c", "import sys, engine; "
+                             "print(sorted(m for m in sys.modules if m.startswith('engine.bench')))"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]", f"import engine loaded {loaded}"
+
+
+def test_kernels_know_nothing_of_the_engine():
+    for path in (ROOT / "kernels").rglob("*.py"):
+        assert not imports_of(path, "engine"), f"{path} imports the engine"
+
+
+# -- widgets/ ---------------------------------------------------------------------------------------------
+# One folder per widget; inside it widget.py -> view.py -> compute.py -> engine; common/ (the toolkit) and
+# modelled/ (hardware arithmetic) below every widget; app/ above all of them.
+WIDGETS = ROOT / "widgets"
+BELOW_WIDGETS = {"common", "modelled"}
+ROLE_FLOOR = {"compute": 0, "view": 1, "widget": 2}          # other files in a folder: pieces, any floor
+
+
+def widget_folders() -> list[Path]:
+    return sorted(p for p in WIDGETS.iterdir() if (p / "widget.py").exists())
+
+
+def test_every_widget_is_a_folder_with_its_three_roles_and_example():
+    folders = widget_folders()
+    assert len(folders) >= 19
+    for folder in folders:
+        for part in ("widget.py", "view.py", "compute.py", "example.json"):
+            assert (folder / part).exists(), f"{folder.name} has no {part}"
+    loose = [p.name for p in WIDGETS.glob("*.py") if p.name not in ("__init__.py", "bench.py", "bench_browser.py")]
+    assert not loose, f"widget modules outside a folder: {loose}"
+
+
+def test_no_widget_imports_another_or_the_app_and_roles_import_down():
+    problems = []
+    for path in WIDGETS.rglob("*.py"):
+        here = path.relative_to(WIDGETS).parts
+        folder = here[0] if len(here) > 1 else None
+        targets = imports_of(path, "widgets")
+        if imports_of(path, "app"):
+            problems.append(f"{path.relative_to(ROOT)} imports app/")
+        for target in targets:
+            parts = target.split(".")
+            if len(parts) < 2 or parts[1] in BELOW_WIDGETS or not (WIDGETS / parts[1]).is_dir():
+                continue
+            if folder in BELOW_WIDGETS:
+                problems.append(f"{path.relative_to(ROOT)} (the toolkit) imports the widget {parts[1]}")
+            elif folder is not None and parts[1] != folder:
+                problems.append(f"{path.relative_to(ROOT)} imports another widget: {target}")
+            elif folder is not None and len(parts) > 2:
+                mine, theirs = ROLE_FLOOR.get(path.stem), ROLE_FLOOR.get(parts[2])
+                if mine is not None and theirs is not None and theirs > mine:
+                    problems.append(f"{path.relative_to(ROOT)} imports {target}, a role above it")
+        if path.name == "compute.py" and (imports_of(path, "panel") or imports_of(path, "bokeh")):
+            problems.append(f"{path.relative_to(ROOT)} (compute) imports Panel or Bokeh")
+        if folder == "modelled" and imports_of(path, "panel"):
+            problems.append(f"{path.relative_to(ROOT)} (modelled arithmetic) imports Panel")
+    assert not problems, "\n".join(sorted(problems))
+
+
+def test_importing_the_toolkit_imports_no_widget():
+    loaded = subprocess.run([sys.executable, "-c", "import sys, widgets.common.sandboxes, widgets.modelled.hardware; "
+                             "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('widgets.')}), "
+                             "'panel' in sys.modules)"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "['common', 'modelled'] False", loaded

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -15,79 +14,20 @@ pytest.importorskip("mdit_py_plugins")
 pn = pytest.importorskip("panel")
 
 from app.engine_handle import EngineHandle  # noqa: E402
-from widgets.common.handle import EngineSnapshot, EngineStatus  # noqa: E402
-from engine import ScheduledEntry, StepRecord  # noqa: E402
+from widgets.common.handle import EngineStatus  # noqa: E402
 from widgets import REGISTRY  # noqa: E402
-from widgets.generate import GenerateWidget  # noqa: E402
+from widgets.generate.widget import GenerateWidget  # noqa: E402
+
+from tests.helpers.fakes import FakeHandle, FakeLLM  # noqa: E402
 
 
-@dataclass
-class _Ev:
-    request_id: str
-    token_id: int
-    text_delta: str
-    finished: bool
-    finish_reason: str | None = None
-
-
-class FakeLLM:
-    """Streams fixed deltas and keeps a step trace like the engine's: a prefill step over the prompt
-    (part of it from the prefix cache), then one decode step per further token."""
-    device_name = "cpu (2 threads)"
-    config = type("C", (), {"name": "FakeLM"})()
-
-    def __init__(self, deltas, prompt_tokens=18, cached=15):
-        self.deltas, self.prompt_tokens, self.cached = deltas, prompt_tokens, cached
-        self.records: list[StepRecord] = [StepRecord(0, 0.0, 0.0, 0.01, 0.0)]   # someone else's step
-        self.closed = False
-        self.seen_max_tokens = None
-
-    def num_steps(self):
-        return len(self.records)
-
-    def trace_since(self, step=0):
-        return [r for r in self.records if r.step >= step]
-
-    def _step(self, kind, n, before, cached=0):
-        entry = ScheduledEntry("req-7", 7, kind, n, before, cached)
-        self.records.append(StepRecord(len(self.records), 0.0, 0.001, 0.02, 0.001, entries=[entry]))
-
-    def stream(self, prompt, params, chat=False):
-        self.seen_max_tokens = params.max_tokens
-        try:
-            for i, d in enumerate(self.deltas[:params.max_tokens]):
-                if i == 0:
-                    self._step("prefill", self.prompt_tokens - self.cached, self.cached, self.cached)
-                else:
-                    self._step("decode", 1, self.prompt_tokens + i - 1)
-                last = i == min(len(self.deltas), params.max_tokens) - 1
-                yield _Ev("req-7", 100 + i, d, last, "length" if last else None)
-        finally:
-            self.closed = True
-
-
-@dataclass
-class FakeHandle:
-    status: EngineStatus = EngineStatus.READY
-    _llm: object = None
-    started: bool = False
-    random_weights: bool = False
-    detail: str = "loaded in 0.1 s on cpu (2 threads)"
-
-    def start(self):
-        self.started = True
-
-    def snapshot(self):
-        return EngineSnapshot(self.status, self.detail, self.random_weights)
-
-    @property
-    def llm(self):
-        return self._llm
+def _press(w: GenerateWidget):
+    w._button.clicks += 1                  # what a click on the button does
 
 
 def _run(w: GenerateWidget):
-    w._on_click()
-    assert w._runner.wait_idle(30)
+    _press(w)
+    assert w.jobs.wait_idle(30)
 
 
 def test_registry_builds_generate_from_directive_args():
@@ -130,8 +70,8 @@ def test_counter_comes_from_the_step_trace_with_prefix_cache_hits():
 def test_empty_prompt_gets_a_message_and_runs_nothing():
     llm = FakeLLM(["x"])
     w = GenerateWidget(FakeHandle(_llm=llm), prompt="   ")
-    w._on_click()
-    assert "prompt is empty" in w._notes.object and llm.seen_max_tokens is None
+    _press(w)
+    assert "prompt is empty" in w.notes.object and llm.seen_max_tokens is None
 
 
 def test_out_of_range_max_tokens_is_clamped_with_a_visible_note():
@@ -140,7 +80,7 @@ def test_out_of_range_max_tokens_is_clamped_with_a_visible_note():
     w._max_tokens.value = 500
     _run(w)
     assert llm.seen_max_tokens == 128 and w._max_tokens.value == 128
-    assert "Max new tokens is 1–128: using 128" in w._notes.object
+    assert "Max new tokens is 1–128: using 128" in w.notes.object
 
 
 def test_stop_keeps_the_partial_reply_and_closes_the_stream():
@@ -155,10 +95,10 @@ def test_stop_keeps_the_partial_reply_and_closes_the_stream():
 
     llm = SlowLLM(["a"] * 50)
     w = GenerateWidget(FakeHandle(_llm=llm), prompt="p")
-    w._on_click()
-    w._on_click()                          # the button reads "Stop" while it runs
+    _press(w)
+    _press(w)                              # the button reads "Stop" while it runs
     gate.set()
-    assert w._runner.wait_idle(30) and llm.closed
+    assert w.jobs.wait_idle(30) and llm.closed
     assert "stopped early" in w._stats.object and w._output.object.count('class="tok"') < 50
 
 
@@ -175,16 +115,16 @@ def test_leaving_the_page_mid_reply_stops_the_stream_and_shows_nothing_more():
 
     llm = SlowLLM(["a"] * 50)
     w = GenerateWidget(FakeHandle(_llm=llm), prompt="p")
-    w._on_click()
+    _press(w)
     assert reached.wait(30)                # what the page shows now cannot change under the read below
     before = w._output.object
-    w._runner.close()                      # what on_session_destroyed calls
+    w.close()                              # what the session's end calls
     gate.set()
     deadline = time.monotonic() + 30       # the worker notices at its next token and closes the stream
     while not llm.closed and time.monotonic() < deadline:
         threading.Event().wait(0.05)
     assert llm.closed and w._output.object == before
-    assert w._runner.submit(lambda job: 1, print) is None     # a closed runner takes no new work
+    assert w.jobs.submit(lambda job: 1, print) is None        # a closed runner takes no new work
 
 
 def test_engine_handle_loads_once_in_the_background(monkeypatch):

@@ -62,11 +62,11 @@ def test_latency_small_prints_rows_the_widgets_read(latency_report):
 
 
 def test_the_chapter_11_12_and_data_flow_widgets_read_the_latency_rows(latency_report):
-    """widgets/roofline.recorded_latency_rows (chapters 11, 12) and the data-flow widget's step reader
-    find every row of what `bench latency --record` writes, with the same numbers."""
+    """widgets/prefill_decode/compute.recorded_latency_rows (chapters 11, 12) and the data-flow widget's
+    step reader find every row of what `bench latency --record` writes, with the same numbers."""
     pytest.importorskip("panel")
     from widgets.data_flow.recorded import _step_rows
-    from widgets.roofline import recorded_latency_rows
+    from widgets.prefill_decode.compute import recorded_latency_rows
 
     rows = latency_report["results"]["rows"]
     read = recorded_latency_rows(latency_report)

@@ -21,7 +21,7 @@ from engine.sampling_params import SamplingParams
 from engine.unpaged import unpaged_generate
 from engine.worker import cuda_graphs
 from engine.worker.cuda_graphs import DecodeGraphs, graph_batch_sizes
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
@@ -46,8 +46,7 @@ def model():
 
 
 def engine_with_graphs(model, sizes=(1, 2, 4, 8), **knobs) -> LLMEngine:
-    engine = LLMEngine(model, EngineConfig(block_size=16, max_num_seqs=8, max_model_len=512, **knobs))
-    engine.eos_token_ids = frozenset()
+    engine = LLMEngine(model, EngineConfig(block_size=16, max_num_seqs=8, max_model_len=512, **knobs), eos_token_ids=())
     assert engine.runner.graphs is None                      # the CPU never captures by itself
     assert engine.runner.capture_graphs(list(sizes), capture=ReplayByRerun)
     return engine
@@ -132,8 +131,7 @@ def test_mixed_and_oversized_batches_run_eagerly(model):
 def test_seeded_sampling_in_graph_steps_gives_the_eager_tokens(model):
     ps = prompts(5, seed=3)
     params = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, max_tokens=10, seed=123)
-    eager = LLMEngine(model, EngineConfig(block_size=16, max_num_seqs=8, max_model_len=512))
-    eager.eos_token_ids = frozenset()
+    eager = LLMEngine(model, EngineConfig(block_size=16, max_num_seqs=8, max_model_len=512), eos_token_ids=())
     assert run_all(engine_with_graphs(model), ps, params) == run_all(eager, ps, params)
 
 
@@ -141,8 +139,7 @@ def test_a_failed_capture_logs_one_line_and_the_engine_runs_eagerly(model, capsy
     def broken(run, pool):
         raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
 
-    engine = LLMEngine(model, EngineConfig(block_size=16, max_num_seqs=8, max_model_len=512))
-    engine.eos_token_ids = frozenset()
+    engine = LLMEngine(model, EngineConfig(block_size=16, max_num_seqs=8, max_model_len=512), eos_token_ids=())
     assert not engine.runner.capture_graphs([1, 2, 4], capture=broken)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "CUDA graphs off" in err[0] and "batch 4" in err[0] and "more detail" not in err[0]

@@ -10,7 +10,7 @@ from engine.llm_engine import LLMEngine
 from engine.loader.tokenizer import TextTokenizer, byte_tokenizer, gpt2_tokenizer
 from engine.model.llama import Llama
 from engine.sampling_params import SamplingParams
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 TEXT = ("Paged attention keeps K/V in blocks — naïve caches don't. 東京 is 🗼-tall; "
         "emoji such as 👩‍💻 take several tokens, and so do accents: café, Ångström.\n") * 4

@@ -11,20 +11,12 @@ from engine.llm_engine import LLMEngine
 from engine.model.llama import Llama
 from engine.unpaged import unpaged_generate
 from engine.sampling_params import SamplingParams
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def run_coroutine(coro):
-    """asyncio.run on a fresh thread: the browser tests' Playwright keeps an event loop running on this one."""
-    import asyncio
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 @pytest.fixture
@@ -71,6 +63,15 @@ def test_generate_returns_outputs_in_prompt_order_with_n_samples(loop):
     assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
 
 
+def test_a_refused_prompt_in_generate_leaves_nothing_running(loop):
+    """The limits are checked as each prompt is added: the ones accepted before the refusal are aborted."""
+    too_long = list(range(loop.engine.max_model_len))
+    with pytest.raises(ValueError, match="exceeds the engine's context"):
+        loop.generate([(list(range(10)), "fits"), (too_long, "does not")], GREEDY)
+    assert loop.read(lambda: not loop.engine.has_unfinished())
+    assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
+
+
 def test_a_failing_step_fails_the_open_requests_and_the_loop_keeps_serving(loop, monkeypatch):
     real_step = loop.engine.step
     monkeypatch.setattr(loop.engine, "step", lambda: (_ for _ in ()).throw(ValueError("boom")))
@@ -90,45 +91,6 @@ def test_state_can_be_read_between_steps_while_streams_run(loop):
     assert owned and all(b.owners for b in owned)
     stream.close()
     assert loop.read(loop.engine.allocator_state).num_free == loop.engine.block_manager.num_blocks
-
-
-def test_async_stream_yields_the_same_tokens_and_aborts_when_cancelled(loop):
-
-    async def collect(limit=None):
-        tokens = []
-        agen = loop.astream(list(range(25)), GREEDY)
-        async for ev in agen:
-            tokens.append(ev.token_id)
-            if limit and len(tokens) == limit:
-                await agen.aclose()
-                break
-        return tokens
-
-    full = run_coroutine(collect())
-    assert full == [ev.token_id for ev in loop.stream(list(range(25)), GREEDY)]
-    assert run_coroutine(collect(limit=3)) == full[:3]
-    assert not loop.engine.has_unfinished()
-    assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
-
-
-def test_cancelling_an_async_stream_mid_wait_frees_its_blocks(loop):
-    import asyncio
-
-    async def main():
-        async def consume():
-            async for _ in loop.astream(list(range(25)), SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)):
-                pass
-        task = asyncio.create_task(consume())
-        await asyncio.sleep(0.05)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-
-    run_coroutine(main())
-    assert loop.read(lambda: not loop.engine.has_unfinished())
-    assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
 
 
 def test_a_new_request_joins_a_running_batch_instead_of_waiting_for_it(loop):
@@ -195,8 +157,9 @@ def test_stats_follow_the_steps_and_see_blocks_freed_by_an_abort(loop):
 
 
 def test_interpreter_exit_during_generation_is_clean(tmp_path):
-    # sys.exit (what `panel serve` does on SIGTERM) while threads stream: before the fix torch's thread
-    # pool was torn down under a running forward pass and the process aborted (SIGABRT, code 134).
+    # sys.exit (what `panel serve` does on SIGTERM) while threads stream: unless every loop stops between
+    # two steps first, torch's thread pool is torn down under a running forward pass and the process
+    # aborts (SIGABRT, code 134).
     import subprocess
     import sys
     from pathlib import Path
@@ -205,7 +168,7 @@ def test_interpreter_exit_during_generation_is_clean(tmp_path):
         "import sys, threading\n"
         "from engine.config import EngineConfig\nfrom engine.engine_loop import EngineLoop\n"
         "from engine.llm_engine import LLMEngine\nfrom engine.model.llama import Llama\n"
-        "from engine.sampling_params import SamplingParams\nfrom tiny import TINY\n"
+        "from engine.sampling_params import SamplingParams\nfrom tests.helpers.tiny import TINY\n"
         "loop = EngineLoop(LLMEngine(Llama.random(TINY, seed=1).eval(), EngineConfig(block_size=8, num_kv_blocks=64)))\n"
         "started = threading.Barrier(4)\n"
         "def go():\n"
@@ -216,7 +179,7 @@ def test_interpreter_exit_during_generation_is_clean(tmp_path):
         "started.wait()\nsys.exit(0)\n")
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "PYTHONPATH": f"{root}:{root / 'tests' / 'unit'}"})
+                          env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "terminate called" not in proc.stderr
 

@@ -15,7 +15,7 @@ from engine.llm_engine import LLMEngine
 from engine.model.llama import Llama
 from engine.unpaged import unpaged_generate
 from engine.sampling_params import SamplingParams
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 EOS = 2
 MAX_TOKENS = 10
@@ -51,8 +51,7 @@ def expected(model, prompts) -> list[list[int]]:
 
 
 def run_engine(model, prompts, **knobs) -> tuple[list[list[int]], LLMEngine]:
-    engine = LLMEngine(model, EngineConfig(block_size=16, **knobs))
-    engine.eos_token_ids = frozenset({EOS})
+    engine = LLMEngine(model, EngineConfig(block_size=16, **knobs), eos_token_ids={EOS})
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS))
     steps = 0
@@ -95,9 +94,9 @@ def test_greedy_tokens_match_reference(model, prompts, expected, caching, chunke
 
 @pytest.mark.slow
 def test_real_model_greedy_tokens_match_reference():
-    from engine.llm import build_model
+    from engine.loader.model_loader import load_model
 
-    real, tokenizer = build_model(EngineConfig(device="cpu"))[:2]
+    real, tokenizer = load_model(EngineConfig(device="cpu"))[:2]
     texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a land far away, there"]
     prompts = [tokenizer.encode(t).ids for t in texts]
     want = [unpaged_generate(real, p, 8, tokenizer.eos_token_id) for p in prompts]

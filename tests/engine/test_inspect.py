@@ -15,6 +15,7 @@ def test_inspection_is_consistent_with_the_forward_pass(llm):
     assert ins.q.shape == (c.num_layers, T, c.num_heads, c.head_dim)
     assert ins.k.shape == ins.v.shape == (c.num_layers, T, c.num_kv_heads, c.head_dim)
     assert ins.mlp_activations.shape == (c.num_layers, T, c.intermediate_size)
+    assert ins.gate.shape == ins.up.shape == ins.mlp_activations.shape
     # attention rows are probability distributions over the past only
     assert torch.allclose(ins.attention.sum(-1), torch.ones(c.num_layers, c.num_heads, T), atol=1e-5)
     assert torch.all(ins.attention.triu(diagonal=1) == 0)
@@ -36,8 +37,8 @@ def test_each_hidden_state_is_the_unfused_blocks_output():
     from engine.introspect import inspect
     from engine.loader.tokenizer import byte_tokenizer
     from engine.model.llama import Llama, rope_cos_sin
-    from tiny import TINY
-    from unfused_llama import _norm, _rope
+    from tests.helpers.tiny import TINY
+    from tests.helpers.unfused_llama import _norm, _rope
 
     model, tok = Llama.random(TINY, seed=3).eval(), byte_tokenizer()
     ins = inspect(model, tok, "hello, paged world")
@@ -46,14 +47,63 @@ def test_each_hidden_state_is_the_unfused_blocks_output():
     with torch.inference_mode():
         x = model.embed(torch.tensor(ins.token_ids))
         for i, block in enumerate(model.layers):
-            kv, a = ContiguousKV(1), block.attention
+            kv, a, mlp = ContiguousKV(1), block.attention, block.mlp
             n = _norm(x, block.attention_norm)
             q = _rope(a.wq(n).view(T, a.num_heads, a.head_dim), cos, sin)
             k = _rope(a.wk(n).view(T, a.num_kv_heads, a.head_dim), cos, sin)
-            h = x + a.wo(kv(0, q, k, a.wv(n).view(T, a.num_kv_heads, a.head_dim)).reshape(T, -1))
+            attn = a.wo(kv(0, q, k, a.wv(n).view(T, a.num_kv_heads, a.head_dim)).reshape(T, -1))
+            h = x + attn
             m = _norm(h, block.ffn_norm)
-            x = h + block.mlp.w2(F.silu(block.mlp.w1(m)) * block.mlp.w3(m))
+            gate, up = mlp.w1(m), mlp.w3(m)
+            acts = F.silu(gate) * up
+            out = mlp.w2(acts)
+            x = h + out
+            # every stage inspect records is the textbook block's, bit for bit
+            for name, want in (("attention_in", n), ("attention_out", attn), ("mid_states", h), ("mlp_in", m),
+                               ("gate", gate), ("up", up), ("mlp_activations", acts), ("mlp_out", out)):
+                assert torch.equal(getattr(ins, name)[i], want.float()), (i, name)
             assert torch.equal(ins.hidden_states[i + 1], x.float()), i
+        logits = model.compute_logits(model.norm(x))
+    assert torch.equal(ins.logits, logits) and torch.equal(ins.logit_lens(T - 1)[-1], logits[-1])
+
+
+def test_the_recorded_stages_chain_into_the_next_hidden_state(llm):
+    """On the real model, each layer's records compose: RMSNorm(x) is what attention read, x plus what
+    attention added is h, RMSNorm(h) went through w1 and w3 to the gate and up values, silu(gate) × up
+    through w2 plus the residual h is the next hidden state; and the logit lens ends at the logits."""
+    import torch.nn.functional as F
+
+    ins = llm.inspect("The capital of France is Paris, and the capital of Italy is Rome")
+    T, c = len(ins.token_ids), llm.config
+    for name in ("attention_in", "attention_out", "mid_states", "mlp_in", "mlp_out"):
+        assert getattr(ins, name).shape == (c.num_layers, T, c.hidden_size), name
+    assert ins.gate.shape == ins.up.shape == (c.num_layers, T, c.intermediate_size)
+
+    def rms(x, weight):                     # the chapter's formula, in float64
+        x = x.double()
+        return x / x.pow(2).mean(-1, keepdim=True).add(c.rms_norm_eps).sqrt() * weight.double()
+
+    with torch.inference_mode():
+        for layer in (0, 13, 29):
+            block = llm.model.layers[layer]
+            x, h = ins.hidden_states[layer], ins.mid_states[layer]
+            assert torch.allclose(ins.attention_in[layer].double(), rms(x, block.attention_norm.weight), atol=1e-4)
+            assert torch.equal(h, x + ins.attention_out[layer])
+            # attention's output is wo applied to the heads' probability-weighted values (GQA: 3 heads a KV head)
+            v = ins.v[layer].repeat_interleave(c.num_heads // c.num_kv_heads, dim=1)
+            mixed = torch.einsum("hts,shd->thd", ins.attention[layer], v).reshape(T, -1)
+            assert torch.allclose(block.attention.wo(mixed), ins.attention_out[layer], atol=1e-4)
+            assert torch.allclose(ins.mlp_in[layer].double(), rms(h, block.ffn_norm.weight), atol=1e-4)
+            m = ins.mlp_in[layer]
+            assert torch.equal(ins.gate[layer], block.mlp.w1(m)) and torch.equal(ins.up[layer], block.mlp.w3(m))
+            assert torch.allclose(F.silu(ins.gate[layer]) * ins.up[layer], ins.mlp_activations[layer], atol=1e-5)
+            down = block.mlp.w2(F.silu(ins.gate[layer]) * ins.up[layer])
+            assert torch.allclose(down, ins.mlp_out[layer], atol=1e-4)
+            assert torch.allclose(h + down, ins.hidden_states[layer + 1], atol=1e-3)
+            assert torch.equal(h + ins.mlp_out[layer], ins.hidden_states[layer + 1])
+    lens = ins.logit_lens(T - 1)
+    assert lens.shape == (c.num_layers + 1, c.vocab_size)
+    assert torch.allclose(lens[-1], ins.logits[-1], atol=1e-4)
 
 
 def test_forward_passes_on_other_threads_do_not_leak_into_an_inspection(llm):
@@ -88,4 +138,5 @@ def test_forward_passes_on_other_threads_do_not_leak_into_an_inspection(llm):
     assert shared.hidden_states.shape == alone.hidden_states.shape
     assert shared.mlp_activations.shape == alone.mlp_activations.shape
     assert torch.equal(shared.hidden_states, alone.hidden_states)
-    assert torch.equal(shared.mlp_activations, alone.mlp_activations)
+    for name in ("mlp_activations", "attention_in", "attention_out", "mid_states", "mlp_in", "gate", "up", "mlp_out"):
+        assert torch.equal(getattr(shared, name), getattr(alone, name)), name

@@ -15,11 +15,12 @@ from engine.core.records import ModelRunnerOutput, ScheduledRequest, SchedulerOu
 from engine.model.llama import Llama
 from engine.model.sampler import make_generator, sample, sampling_probs
 from engine.sampling_params import SamplingParams
+from engine.spec_decode.speculator import Speculator
 from engine.unpaged import unpaged_generate
 from engine.worker import model_runner
 from engine.worker.kv_cache import KVCache
 from engine.worker.model_runner import ModelRunner
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 BS = 4
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
@@ -31,8 +32,8 @@ def model():
     return Llama.random(TINY, seed=11).eval()
 
 
-def new_runner(model) -> ModelRunner:
-    return ModelRunner(model, KVCache(TINY, 16, BS, torch.float32, torch.device("cpu")))
+def new_runner(model, speculator=None) -> ModelRunner:
+    return ModelRunner(model, KVCache(TINY, 16, BS, torch.float32, torch.device("cpu")), speculator=speculator)
 
 
 def run(runner: ModelRunner, out: SchedulerOutput) -> ModelRunnerOutput:
@@ -79,7 +80,7 @@ def test_forked_samples_draw_from_one_row_with_their_own_seeds(model):
     result = run(runner, SchedulerOutput(scheduled=[ScheduledRequest(
         4, "r:0", "prefill", prompt, 0, [1, 2, 3], sample=True, sampling_params=params, fork_seq_ids=[8, 9])]))
     assert result.seq_ids == [4, 8, 9]
-    # the same row, sampled with seeds 7, 8, 9 (sample i draws with seed + i, as before the split)
+    # the same row, sampled with seeds 7, 8, 9 (sample i draws with seed + i)
     logits = torch.stack([compute_last_logits(model, prompt)] * 3)
     want = sample(logits, [params] * 3, [make_generator(7 + i) for i in range(3)])
     assert [t[0] for t in result.sampled_token_ids] == want
@@ -114,7 +115,7 @@ def test_greedy_drafts_are_verified_in_one_pass(model, wrong_at):
     """The drafts ride along after the last token; the matching run is kept plus one model token."""
     prompt = list(range(30, 41))
     want = unpaged_generate(model, prompt, 6)
-    runner = new_runner(model)
+    runner = new_runner(model, Speculator())     # no proposer: it verifies the drafts the record brings
     first = run(runner, SchedulerOutput(scheduled=[ScheduledRequest(
         0, "d", "prefill", prompt, 0, [0, 1, 2, 3, 4], sample=True, sampling_params=GREEDY)]))
     assert first.sampled_token_ids == [[want[0]]]

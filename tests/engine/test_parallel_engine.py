@@ -12,7 +12,7 @@ from engine.distributed import parallel_engine, stage_layers
 from engine.engine_loop import EngineLoop
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from tests.unit.parallel_tiny import PROMPTS, T3, tiny3
+from tests.helpers.parallel_tiny import PROMPTS, T3, tiny3
 
 MAX_TOKENS = 8
 SPLITS = [(3, 1), (1, 2), (1, 3)]     # (tensor_parallel_size, pipeline_parallel_size)

@@ -116,7 +116,9 @@ def test_generate_with_a_size_that_does_not_fit_says_so_in_one_line(capsys, monk
     """--tp 2 for 9 heads: one 'error:' line naming the sizes that work, no traceback, no process."""
     from engine import cli
     from engine.model.llama import Llama as L
-    monkeypatch.setattr("engine.llm.load_model", lambda cfg: (L.random(SMOLISH), None, None))
+    from engine.loader.model_loader import LoadedModel
+    monkeypatch.setattr("engine.llm.load_model", lambda cfg, on_device=True:
+                        LoadedModel(L.random(SMOLISH), None, torch.device("cpu"), torch.float32, None))
     assert cli.main(["generate", "--tp", "2", "--device", "cpu", "hello"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: tensor-parallel size 2 does not split") and "sizes that work: 1, 3, 9" in err[-1]
@@ -129,7 +131,7 @@ def test_a_world_of_one_runs_the_distributed_path_in_this_process(one_torch_thre
     from engine.config import EngineConfig
     from engine.distributed import parallel_engine
     from engine.llm_engine import LLMEngine
-    from tests.unit.parallel_tiny import PROMPTS, tiny3
+    from tests.helpers.parallel_tiny import PROMPTS, tiny3
 
     def greedy(engine):
         for i, p in enumerate(PROMPTS):

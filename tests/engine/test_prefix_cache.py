@@ -10,7 +10,7 @@ from engine.llm_engine import LLMEngine
 from engine.model.llama import Llama
 from engine.unpaged import unpaged_generate
 from engine.sampling_params import SamplingParams
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
 

@@ -90,8 +90,9 @@ def test_greedy_is_argmax():
     assert sample(logits, [SamplingParams(temperature=0.0)] * 2, [None, None]) == [1, 0]
 
 
-def test_seeded_draws_are_the_same_as_before_the_sampler_was_split():
-    # recorded with engine/sampler.py at commit 4a9cb14 (one function doing filter, softmax and draw)
+def test_seeded_draws_are_pinned():
+    # a seeded request must generate the same tokens from release to release: any change to filtering,
+    # softmax or drawing that moves one of these draws changes what seeded requests write
     logits = torch.randn(4, 300, generator=torch.Generator().manual_seed(42)) * 3
     params = [SamplingParams(temperature=0.8, top_k=40, seed=1), SamplingParams(temperature=0.0),
               SamplingParams(temperature=1.3, top_p=0.7, min_p=0.02, seed=2), SamplingParams(temperature=1.0, seed=3)]

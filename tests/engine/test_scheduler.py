@@ -8,7 +8,7 @@ from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.model.llama import Llama
 from engine.sampling_params import SamplingParams
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -18,7 +18,7 @@ from engine.sampling_params import SamplingParams
 from engine.spec_decode import SpeculativeConfig, expected_tokens_per_pass
 from engine.spec_decode.ngram import ngram_lookup
 from engine.unpaged import unpaged_generate
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 GREEDY = dict(temperature=0.0, ignore_eos=True)
@@ -50,11 +50,11 @@ def draft():
     return scaled(Llama.random(TINY, seed=11), noise=0.1)    # the target plus noise: right about half the time
 
 
-def engine_for(model, draft, method: str, k: int, **knobs) -> LLMEngine:
+def engine_for(model, draft, method: str, k: int, eos_token_ids=None, **knobs) -> LLMEngine:
     spec = dict(PROPOSERS[method], num_speculative_tokens=k)
     knobs.setdefault("block_size", 4)
     return LLMEngine(model, EngineConfig(speculative_config=spec, **knobs),
-                     draft_model=draft if method == "draft_model" else None)
+                     draft_model=draft if method == "draft_model" else None, eos_token_ids=eos_token_ids)
 
 
 def drain(engine: LLMEngine) -> None:
@@ -156,8 +156,7 @@ def test_early_exit_and_eos_inside_accepted_drafts(model, draft):
     eos = want[9]
     expected = unpaged_generate(model, prompt, 24, eos_token_id=eos)
     for method in PROPOSERS:
-        engine = engine_for(model, draft, method, 6)
-        engine.eos_token_ids = {eos}
+        engine = engine_for(model, draft, method, 6, eos_token_ids={eos})
         engine.add_request("e", prompt, SamplingParams(temperature=0.0, max_tokens=24))
         drain(engine)
         out = engine.take_output("e")
@@ -179,7 +178,7 @@ def test_abort_mid_verification_frees_everything(model, draft):
         assert held == -(-(len(PROMPTS[0]) + 1 + 5) // 4)     # the lookahead slots are reserved
         result = engine.runner.execute(sched)
         engine.abort("gone")
-        engine.output_processor.process(engine.scheduler.update_from_output(sched, result))
+        engine.process_output(sched, result)
         drain(engine)
         assert engine.take_output("stays").token_ids == unpaged_generate(model, PROMPTS[2], 12)
         assert engine.take_output("gone").finish_reason == "abort"
@@ -227,9 +226,10 @@ def test_trace_and_statistics_agree(model, draft):
 def test_closed_form_meets_the_engines_statistics(model, a, k):
     prompts = [tuple(range(i * 7, i * 7 + 9)) for i in range(6)]
     continuations = {p: unpaged_generate(model, list(p), 160) for p in prompts}
-    engine = LLMEngine(model, EngineConfig(block_size=4, speculative_config={"method": "ngram", "num_speculative_tokens": k}))
     # drafts the known continuation, each token spoiled with probability 1 - a: the closed form's assumption
-    engine.runner.speculator.proposer = OracleProposer(continuations, a, TINY.vocab_size)
+    oracle = OracleProposer(continuations, a, TINY.vocab_size)
+    engine = LLMEngine(model, EngineConfig(block_size=4, speculative_config={"method": "ngram", "num_speculative_tokens": k}),
+                       proposer=oracle)
     for i, p in enumerate(prompts):
         engine.add_request(str(i), list(p), SamplingParams(max_tokens=160, **GREEDY))
     drain(engine)
@@ -264,7 +264,7 @@ def test_lookahead_stops_short_of_max_tokens_and_the_budget(model):
         sched = engine.scheduler.schedule()
         seen += [(r.request_id, r.kind, r.num_lookahead_tokens) for r in sched.scheduled]
         assert sched.num_batched_tokens <= 3
-        engine.output_processor.process(engine.scheduler.update_from_output(sched, engine.runner.execute(sched)))
+        engine.process_output(sched, engine.runner.execute(sched))
     lookaheads = [la for name, kind, la in seen if kind == "verify"]
     assert lookaheads and max(lookaheads) <= 2                      # budget 3 = newest token + 2 drafts
     assert all(kind != "verify" for name, kind, _ in seen if name == "q")

@@ -8,7 +8,7 @@ from engine.llm_engine import LLMEngine
 from engine.model.llama import Llama
 from engine.sampling_params import SamplingParams
 from engine.core.step_trace import StepRecord, StepTrace
-from tiny import TINY
+from tests.helpers.tiny import TINY
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

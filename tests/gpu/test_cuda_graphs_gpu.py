@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 import torch
-from unfused_llama import forward_unfused
+from tests.helpers.unfused_llama import forward_unfused
 
 import kernels
 from engine.config import EngineConfig, ModelConfig
@@ -18,7 +18,7 @@ from engine.llm_engine import LLMEngine
 from engine.model.llama import ContiguousKV, Llama
 from engine.sampling_params import SamplingParams
 from engine.unpaged import unpaged_generate
-from tiny import SMALL
+from tests.helpers.tiny import SMALL
 
 pytestmark = [
     pytest.mark.gpu,
@@ -35,7 +35,6 @@ def _restore_backend():
 
 
 def run(engine: LLMEngine, prompts, params) -> list[list[int]]:
-    engine.eos_token_ids = frozenset()
     params = params if isinstance(params, list) else [params] * len(prompts)
     for i, (p, sp) in enumerate(zip(prompts, params)):
         engine.add_request(str(i), p, sp)
@@ -54,10 +53,10 @@ def test_greedy_tokens_with_cuda_graphs_equal_eager_and_the_unpaged_loop():
     prompts = small_prompts()
     params = [SamplingParams(temperature=0.0, max_tokens=8 + 2 * i) for i in range(len(prompts))]
     knobs = dict(block_size=16, num_kv_blocks=800, max_num_seqs=16, max_num_batched_tokens=1024)
-    graphed = LLMEngine(model, EngineConfig(**knobs))
+    graphed = LLMEngine(model, EngineConfig(**knobs), eos_token_ids=())
     assert graphed.runner.graphs is not None, graphed.runner
     with_graphs = run(graphed, prompts, params)
-    without = run(LLMEngine(model, EngineConfig(enforce_eager=True, **knobs)), prompts, params)
+    without = run(LLMEngine(model, EngineConfig(enforce_eager=True, **knobs), eos_token_ids=()), prompts, params)
     assert with_graphs == without == [unpaged_generate(model, p, sp.max_tokens) for p, sp in zip(prompts, params)]
     sizes = {r.cuda_graph_batch for r in graphed.trace if r.cuda_graph_batch}
     assert len(sizes) >= 4, sizes                                 # the batch shrank through several rungs
@@ -90,7 +89,8 @@ def test_bf16_logits_with_graphs_stay_within_bf16_noise_of_the_cpu_float32_model
     gpu16 = copy.deepcopy(cpu32).to("cuda", torch.bfloat16)
     rng = random.Random(2)
     prompts = [[rng.randrange(3, cfg.vocab_size) for _ in range(rng.randint(60, 200))] for _ in range(6)]
-    engine = LLMEngine(gpu16, EngineConfig(block_size=16, num_kv_blocks=256, max_num_seqs=8, max_model_len=1024))
+    engine = LLMEngine(gpu16, EngineConfig(block_size=16, num_kv_blocks=256, max_num_seqs=8, max_model_len=1024),
+                       eos_token_ids=())
     seen = _record_logits(engine)
     tokens = run(engine, prompts, SamplingParams(temperature=0.0, max_tokens=12))
     assert any(r.cuda_graph_batch for r in engine.trace)
@@ -118,8 +118,7 @@ def test_one_host_sync_per_step():
     """set_sync_debug_mode flags every operation that makes the host wait for the device."""
     model = Llama.random(ModelConfig(), seed=0).to("cuda", torch.bfloat16).eval()
     engine = LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=512, max_num_seqs=16, max_model_len=2048,
-                                           max_num_batched_tokens=4096))
-    engine.eos_token_ids = frozenset()
+                                           max_num_batched_tokens=4096), eos_token_ids=())
     rng = random.Random(3)
     params = [SamplingParams(temperature=0.0, max_tokens=20), SamplingParams(temperature=0.8, top_p=0.9, max_tokens=20),
               SamplingParams(temperature=1.0, top_k=40, seed=7, max_tokens=20)]
@@ -146,7 +145,7 @@ def test_a_capture_that_fails_on_the_gpu_falls_back_to_eager(capsys):
     """The reference attention reads seq_lens on the host (.tolist()): not allowed while capturing."""
     kernels.force_backend("reference")
     model = Llama.random(SMALL, seed=0).to("cuda").eval()
-    engine = LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=200, max_num_seqs=4))
+    engine = LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=200, max_num_seqs=4), eos_token_ids=())
     assert engine.runner.graphs is None
     assert "CUDA graphs off" in capsys.readouterr().err
     prompts = small_prompts(4, seed=5)

@@ -11,7 +11,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.llm_engine import LLMEngine
 from engine.model.llama import Llama
 from engine.unpaged import unpaged_generate
-from tiny import SMALL
+from tests.helpers.tiny import SMALL
 from engine.sampling_params import SamplingParams
 
 pytestmark = [
@@ -32,8 +32,7 @@ def test_greedy_parity_on_cuda_with_chunking_prefix_cache_and_preemption(preempt
                for i in range(16)]
     want = [unpaged_generate(model, p, 16) for p in prompts]
     engine = LLMEngine(model, EngineConfig(block_size=16, num_kv_blocks=120, max_num_batched_tokens=256,
-                                           preemption_mode=preemption))
-    engine.eos_token_ids = frozenset()
+                                           preemption_mode=preemption), eos_token_ids=())
     for i, p in enumerate(prompts):
         engine.add_request(str(i), p, SamplingParams(temperature=0.0, max_tokens=16))
     while engine.has_unfinished():

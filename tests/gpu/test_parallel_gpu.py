@@ -68,7 +68,7 @@ def test_split_over_gpus_gives_the_single_gpu_tokens(tp, pp):
     """float32, so the partial sums' order cannot flip a greedy choice of the tiny model: the same tokens."""
     if torch.cuda.device_count() < tp * pp:
         pytest.skip(f"needs {tp * pp} GPUs")
-    from tests.unit.parallel_tiny import PROMPTS, T3, tiny3
+    from tests.helpers.parallel_tiny import PROMPTS, T3, tiny3
     cfg = EngineConfig(device="cuda", num_kv_blocks=64, max_num_batched_tokens=32)
     want = greedy(LLMEngine(tiny3().to(CUDA).eval().requires_grad_(False), cfg), PROMPTS, 8)
     split = EngineConfig(**{**{f: getattr(cfg, f) for f in cfg.__slots__},

@@ -1,21 +1,18 @@
 """The compiled RMSNorm / RoPE / SwiGLU kernels against their PyTorch references, on a real GPU.
 
-"Match" is tests/unit/ulps.py's criterion, shared with the interpreted tests: float32 equal to rounding;
+"Match" is tests/helpers/ulps.py's criterion, shared with the interpreted tests: float32 equal to rounding;
 bf16/fp16 at most one unit in the last place apart on at most 1% of the elements (float32 summation order,
 FMA contraction and the GPU's exp/rsqrt may move a value across a rounding boundary, never further).
-The model-level check (the whole forward wired to these kernels) is in tests/unit/test_small_ops.py.
+The model-level check (the whole forward wired to these kernels) is in tests/kernels/test_small_ops.py.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))  # the shared criterion lives there
-from ulps import assert_matches  # noqa: E402
+from tests.helpers.ulps import assert_matches  # noqa: E402
 
 import kernels
 from kernels import reference_small_ops as ref

@@ -4,7 +4,7 @@ decodes and a chunked prefill), a seeded sampled row goes through rejection samp
 drafts are both kept and rejected, and every KV block comes back.
 
 Two targets. For early exit and the draft model, the weights scaled x8 (norms aside), as in
-tests/unit/test_spec_decode.py: their text is hash-like, so drafts are kept and rejected, and the
+tests/engine/test_spec_decode.py: their text is hash-like, so drafts are kept and rejected, and the
 argmax is decisive. For n-gram lookup, Llama.random as it is (std 0.02): it repeats one token, so
 lookup finds something to draft (the scaled model never repeats a token in 24), and its top two
 logits still differ by far more than a 1-row and a (k + 1)-row matmul's round-off (its drafts are

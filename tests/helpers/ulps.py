@@ -1,4 +1,4 @@
-"""The match criterion for kernels that redo eager arithmetic in one launch (tests/unit and tests/gpu).
+"""The match criterion for kernels that redo eager arithmetic in one launch (tests/kernels and tests/gpu).
 
 float32: equal to rounding (a float32 sum in another order, an FMA, the GPU's exp or rsqrt differ in the
 last bits). bf16/fp16: at most one unit in the last place apart, on at most 1% of the elements (one at

@@ -6,13 +6,12 @@ interpreted tests may run in a subprocess instead).
 
 from __future__ import annotations
 
-import triton_interpreter  # first: it sets TRITON_INTERPRET before anything imports triton
+from tests.helpers import triton_interpreter  # TRITON_INTERPRET is set by tests/conftest.py
 
 import os
 import random
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""RMSNorm (+ residual), RoPE and SwiGLU: the references are engine/model.py's arithmetic bit for bit, and
+"""RMSNorm (+ residual), RoPE and SwiGLU: the references are engine/model/llama.py's arithmetic bit for bit, and
 the Triton kernels (interpreted on CPU, see triton_interpreter.py) match the references.
 
 "Match" is ulps.assert_matches: float32 equal to rounding; bf16/fp16 at most one unit in the last place
@@ -7,21 +7,21 @@ apart (two where the eager arithmetic rounds twice), on at most 1% of the elemen
 
 from __future__ import annotations
 
-import triton_interpreter  # first: it sets TRITON_INTERPRET before anything imports triton
+from tests.helpers import triton_interpreter  # TRITON_INTERPRET is set by tests/conftest.py
 
 import copy
 import os
 
 import pytest
 import torch
-from unfused_llama import forward_unfused
-from tiny import TINY
-from ulps import assert_matches
+from tests.helpers.unfused_llama import forward_unfused
+from tests.helpers.tiny import TINY
+from tests.helpers.ulps import assert_matches
 
 import kernels
 from engine.config import ModelConfig
 from engine.model.llama import MLP, ContiguousKV, Llama, RMSNorm, apply_rope, rope_cos_sin
-from unfused_llama import _norm, _rope
+from tests.helpers.unfused_llama import _norm, _rope
 from kernels import reference_small_ops as ref
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

@@ -2,8 +2,6 @@
 header shows the shared engine."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +12,6 @@ pytest.importorskip("mdit_py_plugins")
 
 from playwright.sync_api import expect
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.content import list_chapters  # noqa: E402
 from app.glossary import load_glossary  # noqa: E402

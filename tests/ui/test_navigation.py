@@ -1,12 +1,9 @@
 """Links are real links: sidebar, previous/next, back button, direct URLs, theme toggle, keyboard."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 pytest.importorskip("playwright")
 pytest.importorskip("panel")
 pytest.importorskip("markdown_it")

@@ -2,12 +2,9 @@
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 pytest.importorskip("playwright")
 pytest.importorskip("panel")
 pytest.importorskip("markdown_it")

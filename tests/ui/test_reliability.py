@@ -109,9 +109,9 @@ def test_the_dashboard_marks_this_readers_request_and_a_huge_paste_is_refused(ow
     page = chapter.open("?chapter=what-is-an-llm")
     cover.open("")
     start_generation(page)
-    wait_live(cover.page, "engine_dashboard")
-    wait_text(cover.page, ".widget-engine_dashboard .dash-chips", "you ·", timeout_ms=60_000)
-    chip = cover.page.locator(".widget-engine_dashboard .dash-yours").first
+    wait_live(cover.page, "engine-dashboard")
+    wait_text(cover.page, ".widget-engine-dashboard .dash-chips", "you ·", timeout_ms=60_000)
+    chip = cover.page.locator(".widget-engine-dashboard .dash-yours").first
     assert "your request" in chip.get_attribute("data-tip")
     page.locator(".widget-generate .gen-button button").click()    # Stop
     # A 1 MB paste into the prompt: refused in the page, with a note; nothing reached the server.
@@ -147,9 +147,9 @@ def test_a_closed_tab_frees_its_private_engines(own_server, browser, app_page_cl
 def test_dashboard_screenshots_on_the_cover_and_in_chapter_14(own_server, browser, app_page_class):
     from widgets.common.testing import widget_screenshots
     base, _ = own_server
-    shots = [*widget_screenshots(browser, base + "/app", app_page_class, "?", "engine_dashboard", tag="dashboard-cover"),
+    shots = [*widget_screenshots(browser, base + "/app", app_page_class, "?", "engine-dashboard", tag="dashboard-cover"),
              *widget_screenshots(browser, base + "/app", app_page_class, "?chapter=continuous-batching",
-                                 "engine_dashboard", tag="dashboard-ch14")]
+                                 "engine-dashboard", tag="dashboard-ch14")]
     assert len(shots) == 8 and all(p.stat().st_size > 10_000 for p in shots)
 
 

@@ -3,12 +3,9 @@ roofline follows model, GPU and batch; the KV-cache stepper steps with its butto
 Screenshots at 1280 and 390 px, light and dark."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 pytest.importorskip("playwright")
 pytest.importorskip("panel")
 

@@ -2,8 +2,6 @@
 with the same readout, animates only without reduced motion, and fits 1280 and 390 px in both themes."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,11 +9,10 @@ pytest.importorskip("playwright")      # the GPU machine has neither (pytest -m 
 pytest.importorskip("panel")
 from playwright.sync_api import expect  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from widgets.modelled.hardware import MODELS  # noqa: E402
 from widgets.common.testing import wait_text, widget_screenshots  # noqa: E402
-from widgets.data_flow import compute  # noqa: E402
+from widgets.data_flow.view import render  # noqa: E402
 
 pytestmark = pytest.mark.ui
 CHAPTER = "?chapter=gpu-memory-hierarchy"
@@ -52,7 +49,7 @@ def test_draws_and_follows_model_batch_and_context(app):
     page.keyboard.press("ArrowLeft")                                  # context 2,048 -> 1,024
     wait_text(page, f"{W} .df-caption", "Llama-3-70B, batch 16, context 1,024, on an H100 SXM, split over 4 GPUs")
 
-    want = compute(MODELS, "Llama-3-70B", "H100 SXM", 16, 1024, with_recorded=False)["diagram"]
+    want = render(MODELS, "Llama-3-70B", "H100 SXM", 16, 1024, with_recorded=False)["diagram"]
     hbm = next(lv for lv in want["levels"] if lv["key"] == "hbm")
     step_line = next(line for line in hbm["readout"]["lines"] if line.startswith("This step:"))
     wait_text(page, f"{W} .df-readout", step_line)                    # the readout is the model's arithmetic

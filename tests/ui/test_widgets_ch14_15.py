@@ -5,13 +5,11 @@ mid-run gets their private engine freed on the server. Screenshots at 1280 and 3
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 pytest.importorskip("playwright")
 pytest.importorskip("panel")
 

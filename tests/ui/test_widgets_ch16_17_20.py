@@ -4,7 +4,6 @@ stop on demand, and a page closed mid-run frees its private engine (the server's
 from the engine's state). Screenshots at 1280 and 390 px, light and dark."""
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 pytest.importorskip("playwright")      # the GPU machine has neither (pytest -m gpu must still collect)
 pytest.importorskip("panel")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from widgets.common.testing import (bokeh_points, deep_count, deep_text, hover_point, wait_live,  # noqa: E402
                                     wait_text, widget_screenshots)

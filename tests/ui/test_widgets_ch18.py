@@ -4,8 +4,6 @@ at a time and a thousand at once, and the widget fits 1280 and 390 px in both th
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +11,6 @@ pytest.importorskip("playwright")      # the GPU machine has neither (pytest -m 
 pytest.importorskip("panel")
 from playwright.sync_api import expect  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine import expected_tokens_per_pass  # noqa: E402
 from widgets.common.testing import wait_live, wait_text, widget_screenshots  # noqa: E402

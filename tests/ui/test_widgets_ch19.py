@@ -5,14 +5,11 @@ size that does not fit is refused in words, hover links one rank's slices, reade
 and it fits 1280 and 390 px in both themes."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("panel")
 pytest.importorskip("playwright")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from widgets.common.testing import SCREENSHOTS, deep_count, wait_live, wait_text, widget_screenshots  # noqa: E402
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import time
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ pytest.importorskip("playwright")      # the GPU machine has neither (pytest -m 
 pytest.importorskip("panel")
 from playwright.sync_api import expect  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine import gpt2_tokenizer  # noqa: E402
 from widgets.common.testing import (bokeh_points, deep_count, hover_point, wait_live, wait_text,  # noqa: E402

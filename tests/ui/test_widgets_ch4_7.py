@@ -3,12 +3,9 @@ the MLP widget are painted at once, go live, follow hover, taps, keys, sliders a
 text as text; screenshots at 1280 and 390 px, light and dark."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 pytest.importorskip("panel")          # the GPU machine has neither Panel nor Playwright: skip, not error
 pytest.importorskip("playwright")
 

@@ -3,8 +3,6 @@ the sampler reshapes with a slider and writes both continuations, reader text st
 at 1280 and 390 px, light and dark."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +11,6 @@ pytest.importorskip("panel")
 
 from playwright.sync_api import expect  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from widgets.common.testing import deep_count, wait_live, wait_text, widget_screenshots  # noqa: E402
 

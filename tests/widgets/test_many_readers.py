@@ -20,7 +20,8 @@ from bokeh.document import Document  # noqa: E402
 from widgets.common.handle import EngineSnapshot, EngineStatus  # noqa: E402
 from engine import LLM, SamplingParams  # noqa: E402
 from widgets.common.sandboxes import owned_by, page_sandboxes, sandbox  # noqa: E402
-from widgets.generate import GenerateWidget, run_generation  # noqa: E402
+from widgets.generate.compute import run_generation  # noqa: E402
+from widgets.generate.widget import GenerateWidget  # noqa: E402
 
 READERS, CHURN_PAGES, TOKENS = 20, 12, 12
 
@@ -71,9 +72,9 @@ def open_and_close_page(llm, handle, i: int) -> None:
         box = sandbox(llm, num_kv_blocks=4, max_num_seqs=1)
     box.add_request("mine", [5 + i, 6, 7], SamplingParams(max_tokens=20, ignore_eos=True))
     box.step()
-    w._on_click()
+    w._button.clicks += 1                                           # Generate
     wait_until(lambda: w._output.object.count('class="tok"') >= 1, 10)   # some of the reply came
-    w._runner.close()                                                   # the tab closes
+    w.close()                                                        # the tab closes
     for end in list(page.session_destroyed_callbacks):
         end(None)
 
@@ -94,9 +95,9 @@ def test_twenty_readers_generate_while_others_come_and_go(small_llm):
     churn = threading.Thread(target=lambda: [open_and_close_page(llm, handle, i) for i in range(CHURN_PAGES)])
     churn.start()
     for w in widgets:
-        w._on_click()
+        w._button.clicks += 1                        # Generate
     churn.join(120)
-    assert all(w._runner.wait_idle(120) for w in widgets)
+    assert all(w.jobs.wait_idle(120) for w in widgets)
 
     for i, (w, p) in enumerate(zip(widgets, prompts)):
         assert 'data-state="error"' not in w.gate.pane.object, w.gate.pane.object      # no error

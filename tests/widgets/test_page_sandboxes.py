@@ -123,5 +123,5 @@ def test_free_stops_a_thread_stepping_in_a_tight_loop_at_its_next_step(llm):
     after = box.trace.num_steps
     stepper.join(60)
     assert result.get("stopped")
-    # at most the step in flight and one begun before free() was called; the old free() waited 39+ steps
+    # at most the step in flight and one begun before free() was called, however fast the stepper loops
     assert after - before <= 2, f"free() waited for {after - before} steps"

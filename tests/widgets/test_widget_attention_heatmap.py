@@ -10,11 +10,12 @@ import torch
 pytest.importorskip("panel")
 
 from widgets.common.handle import EngineStatus  # noqa: E402
-from tests.unit.test_app_generate_widget import FakeHandle  # noqa: E402
-from widgets.attention_data import LayerView, cells, kv_bytes_rows, layer_view, strip_html  # noqa: E402
-from widgets.attention_heatmap import AttentionHeatmap  # noqa: E402
+from tests.helpers.fakes import FakeHandle  # noqa: E402
+from widgets.attention_heatmap.compute import LayerView, kv_bytes_rows, layer_view  # noqa: E402
+from widgets.attention_heatmap.view import cells, strip_html  # noqa: E402
+from widgets.attention_heatmap.widget import AttentionHeatmap  # noqa: E402
+from widgets.common.cache import MAX_TOKENS, inspection  # noqa: E402
 from widgets.common.testing import assert_example_fresh  # noqa: E402
-from widgets.inspection import MAX_TOKENS, inspection  # noqa: E402
 
 XSS = "<img src=x onerror=alert(1)>"
 TEXT = "The keys that she left on the table are"
@@ -95,7 +96,7 @@ def _live_widget(llm, **args) -> AttentionHeatmap:
     assert 'data-state="loading"' in w.gate.pane.object and w._heat.source.data["x"]    # saved example painted
     handle.status = EngineStatus.READY
     w.gate.check()
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     return w
 
 
@@ -107,7 +108,7 @@ def test_widget_follows_text_layer_head_mode_and_row(llm):
     for h, src in enumerate(w._grid.sources):                                 # small multiples: all 9 heads
         np.testing.assert_allclose(np.nan_to_num(matrix(src.data, T, "prob")), ins.attention[13, h].numpy(), atol=1e-6)
     w._layer.value = 2
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     w._head.value = 4
     w._mode.value = "scaled scores q·k/√d"
     data = w._heat.source.data
@@ -117,10 +118,10 @@ def test_widget_follows_text_layer_head_mode_and_row(llm):
     w._heat.row_source.data = {"row": [3]}                 # what the browser sends when a row is hovered
     assert w._query.value == 3 and "(token 3, head 4)" in w._strip.object
     w._box.value = " ".join(["word"] * 100)
-    assert w._runner.wait_idle(60)
-    assert w._view.num_tokens == MAX_TOKENS and "only the first 64" in w._notes.object
+    assert w.jobs.wait_idle(60)
+    assert w._view.num_tokens == MAX_TOKENS and "only the first 64" in w.notes.object
     w._box.value = "   "
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     assert 'data-state="error"' in w.gate.pane.object and "empty" in w.gate.pane.object
 
 

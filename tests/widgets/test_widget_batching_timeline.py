@@ -10,9 +10,9 @@ import pytest
 
 pn = pytest.importorskip("panel")
 
-from widgets.batching_runs import (MAX_OUTPUT, MAX_PROMPT, MAX_REQUESTS, Req, format_lengths, parse_lengths,  # noqa: E402
-                                   pattern_lengths, run_mode, start_run, timeline)
-from widgets.batching_timeline import BatchingTimeline  # noqa: E402
+from widgets.batching_timeline.compute import (MAX_OUTPUT, MAX_PROMPT, MAX_REQUESTS, Req, format_lengths,  # noqa: E402
+                                               parse_lengths, pattern_lengths, run_mode, start_run, timeline)
+from widgets.batching_timeline.widget import BatchingTimeline  # noqa: E402
 from widgets.common import Cancelled  # noqa: E402
 from widgets.common.examples import compute_example, load_example  # noqa: E402
 from widgets.common.testing import LoadedEngine, same  # noqa: E402
@@ -112,7 +112,7 @@ def test_a_cancelled_run_frees_its_private_engine(llm, caplog):
             self.n -= 1
             if self.n < 0:
                 raise Cancelled()
-    caplog.set_level(logging.INFO, logger="widgets.batching_runs")
+    caplog.set_level(logging.INFO, logger="widgets.common.sandboxes")
     with pytest.raises(Cancelled):
         run_mode(llm, SMALL, "static", kv_blocks=12, job=StopAfter(3))
     freed = [r.getMessage() for r in caplog.records if "sandbox" in r.getMessage()]
@@ -146,17 +146,17 @@ def test_widget_paints_the_example_runs_and_frees_on_session_end(llm, caplog):
     assert len(w._figs["static"][2].data["req"]) > 0        # the saved Gantt, before the model is up
     w = BatchingTimeline(LoadedEngine(llm))
     w._lengths.value = "<img src=x onerror=alert(1)>, 4→3, 3→2"
-    assert "&lt;img" in w._notes.object and "<img" not in w._notes.object
-    caplog.set_level(logging.INFO, logger="widgets.batching_runs")
-    w._on_run()
-    assert w._runner.wait_idle(120)
+    assert "&lt;img" in w.notes.object and "<img" not in w.notes.object
+    caplog.set_level(logging.INFO, logger="widgets.common.sandboxes")
+    w._start()
+    assert w.jobs.wait_idle(120)
     assert "measured on" in w._compare.object and "Your runs" in w._history_pane.object
     assert w._figs["continuous"][0].y_range.factors == ["B", "A"]
     freed = lambda: sum("sandbox freed" in r.getMessage() for r in caplog.records)   # noqa: E731
     assert freed() == 2
     w._lengths.value = "20→60, 20→60"
-    w._on_run()
+    w._start()
     wait_for(lambda: "(running…)" in w._compare.object, "the second run to start stepping")
-    w._runner.close()                                        # what the session's end calls
+    w.close()                                                # what the session's end calls
     wait_for(lambda: freed() == 3, "the abandoned run's engine to be freed")
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)

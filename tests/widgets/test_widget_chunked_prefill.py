@@ -7,9 +7,9 @@ import pytest
 
 pn = pytest.importorskip("panel")
 
-from widgets.chunked_prefill import CHATS, DEFAULT_DOC, ChunkedPrefillWidget  # noqa: E402
-from widgets.chunked_run import DOC, compare, document_ids, drive, off_budget, private_engine as sandbox  # noqa: E402
-from widgets.chunked_view import bar_rows, summary_html  # noqa: E402
+from widgets.chunked_prefill.widget import CHATS, DEFAULT_DOC, ChunkedPrefillWidget  # noqa: E402
+from widgets.chunked_prefill.compute import DOC, compare, document_ids, drive, off_budget, private_engine  # noqa: E402
+from widgets.chunked_prefill.view import bar_rows, summary_html  # noqa: E402
 from widgets.common import Cancelled  # noqa: E402
 from widgets.common.examples import load_example  # noqa: E402
 from widgets.common.testing import LoadedEngine, same  # noqa: E402
@@ -25,8 +25,8 @@ def prompts(llm):
 
 @pytest.fixture(scope="module")
 def chunked(llm, prompts):
-    engine = sandbox(llm, 64, True)
-    return engine, drive(engine, *prompts)
+    with private_engine(llm, 64, True) as engine:
+        yield engine, drive(engine, *prompts)
 
 
 def test_saved_example_is_fresh(llm):
@@ -60,12 +60,12 @@ def test_chunks_fit_the_budget_and_the_chats_never_wait(chunked, prompts):
 
 def test_without_chunking_one_step_holds_the_whole_document(llm, prompts):
     chats, doc = prompts
-    engine = sandbox(llm, off_budget(64, chats, doc), False)
-    run = drive(engine, chats, doc)
-    assert run["doc_chunks"] == [len(doc)] and run["budget"] >= len(doc) + 4
-    [big] = [s for s in run["steps"] if DOC in s["tokens"] and s["kinds"][DOC] == "prefill"]
-    assert big["tokens"][DOC] == len(doc) and len(big["tokens"]) == 4        # the chats still ride along
-    assert run["free_after"] == run["num_blocks"] == engine.num_free_blocks()
+    with private_engine(llm, off_budget(64, chats, doc), False) as engine:
+        run = drive(engine, chats, doc)
+        assert run["doc_chunks"] == [len(doc)] and run["budget"] >= len(doc) + 4
+        [big] = [s for s in run["steps"] if DOC in s["tokens"] and s["kinds"][DOC] == "prefill"]
+        assert big["tokens"][DOC] == len(doc) and len(big["tokens"]) == 4        # the chats still ride along
+        assert run["free_after"] == run["num_blocks"] == engine.num_free_blocks()
     assert "went in <b class=\"cp-chunks\">1 chunk</b>" in summary_html({"budget": 64, "on": run}, "measured")
 
 
@@ -73,24 +73,25 @@ def test_no_block_stays_held_after_a_run_or_a_cancel(llm, chunked, prompts):
     engine, run = chunked
     assert run["free_after"] == run["num_blocks"] and not engine.has_unfinished()
     assert not engine.allocator_state().tables
-    engine, calls = sandbox(llm, 64, True), []
+    calls = []
 
     def stop_after_a_few_steps():
         calls.append(1)
         if len(calls) > 5:
             raise Cancelled()
-    with pytest.raises(Cancelled):
-        drive(engine, *prompts, check=stop_after_a_few_steps)
-    assert not engine.has_unfinished() and engine.num_free_blocks() == engine.allocator_state().num_blocks
+    with private_engine(llm, 64, True) as engine:
+        with pytest.raises(Cancelled):
+            drive(engine, *prompts, check=stop_after_a_few_steps)
+        assert not engine.has_unfinished() and engine.num_free_blocks() == engine.allocator_state().num_blocks
 
 
 def test_widget_runs_on_a_budget_change(llm):
     w = ChunkedPrefillWidget(LoadedEngine())
     assert "recorded on" in w._summary.object and w._bars["on"].src.data["h"]      # the saved example
     w = ChunkedPrefillWidget(LoadedEngine(llm))
-    assert not w._runner.busy and not w._run.disabled                         # live: waits for the reader
+    assert not w.jobs.busy and not w._run.disabled                         # live: waits for the reader
     w._budget.value = 512
-    assert w._runner.wait_idle(300) and "measured on cpu" in w._summary.object
+    assert w.jobs.wait_idle(300) and "measured on cpu" in w._summary.object
     assert "1 chunk" in w._summary.object                                       # 512 holds the whole document
     with pytest.raises(ValueError):
         compare(llm, list(CHATS), DEFAULT_DOC, 100)                             # not a budget on the slider

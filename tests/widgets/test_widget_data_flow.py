@@ -12,11 +12,12 @@ pytest.importorskip("panel")           # the GPU machine has no Panel (pytest -m
 from widgets.modelled.hardware import GPUS, MODELS, kv_bytes, num_parameters, weight_bytes
 from widgets.modelled.memory_ladder import (gpus_needed, l2_bandwidth, nvlink_each_way, register_bandwidth,
                                           smem_bandwidth)
-from widgets.common.testing import assert_example_fresh
-from widgets.data_flow import BATCHES, CONTEXTS, WIDGET_MODELS, DataFlowWidget, bench, compute
+from widgets.common.testing import LoadedEngine, assert_example_fresh
 from widgets.data_flow import recorded as rec
+from widgets.data_flow.compute import KINDS, decode_step_flow
 from widgets.data_flow.diagram import fmt_bytes, fmt_time
-from widgets.data_flow.traffic import KINDS, decode_step_flow
+from widgets.data_flow.view import render
+from widgets.data_flow.widget import BATCHES, CONTEXTS, WIDGET_MODELS, DataFlowWidget, bench
 
 CHOICES = list(itertools.product(WIDGET_MODELS, ["H100 SXM", "H200"], [1, 8, 64, 256], [128, 2048, 8192]))
 
@@ -24,7 +25,7 @@ CHOICES = list(itertools.product(WIDGET_MODELS, ["H100 SXM", "H200"], [1, 8, 64,
 @pytest.mark.parametrize("model,gpu,batch,context", CHOICES)
 def test_each_level_time_is_its_bytes_over_its_bandwidth(model, gpu, batch, context):
     flow = decode_step_flow(MODELS[model], GPUS[gpu], batch, context)
-    shown = compute(MODELS, model, gpu, batch, context, with_recorded=False)["diagram"]["levels"]
+    shown = render(MODELS, model, gpu, batch, context, with_recorded=False)["diagram"]["levels"]
     for level, drawn in zip(flow.levels, shown):
         assert drawn["key"] == level.key
         for kind in KINDS:
@@ -70,7 +71,7 @@ def test_hbm_is_the_slowest_rung_and_sets_the_pace_until_the_ridge():
         hbm = flow.level("hbm")
         assert flow.bottleneck() is hbm
         assert flow.step_time_s() == max(hbm.time_s(), flow.flops_time_s) + flow.allreduce_time_s
-        out = compute(MODELS, model, gpu, batch, context, with_recorded=False)
+        out = render(MODELS, model, gpu, batch, context, with_recorded=False)
         assert out["diagram"]["pace"] == ("arithmetic" if flow.flops_time_s > hbm.time_s() else "hbm")
         if batch <= 64:                                   # far left of every GPU's ridge point (≥ 150)
             assert not flow.compute_bound() and "HBM sets the pace" in out["summary"]
@@ -84,7 +85,7 @@ def test_a_model_too_big_for_one_gpu_is_split_and_uses_nvlink():
     nvlink = flow.side[0]
     assert nvlink.key == "nvlink" and nvlink.step_bytes > 0
     assert flow.allreduce_time_s == nvlink.step_bytes / nvlink_each_way(GPUS["H100 SXM"])
-    out = compute(MODELS, "Llama-3-70B", "H100 SXM", 1, 128, with_recorded=False)
+    out = render(MODELS, "Llama-3-70B", "H100 SXM", 1, 128, with_recorded=False)
     assert "split over 2 GPUs" in out["diagram"]["caption"] and "split over 2 GPUs" in out["summary"]
 
 
@@ -123,7 +124,7 @@ def test_missing_decode_step_says_not_recorded_yet(monkeypatch):
     monkeypatch.setattr(rec, "load_recorded", lambda name: None)
     figs = rec.beside(8, 2048, GPUS["H200"].bandwidth)
     assert all(f.value == "not recorded yet" and f.label is None for f in figs)
-    html = compute(MODELS, "Llama-3-8B", "H100 SXM", 8, 2048)["beside"]
+    html = render(MODELS, "Llama-3-8B", "H100 SXM", 8, 2048)["beside"]
     assert html.count("not recorded yet") >= 2
 
 
@@ -144,17 +145,9 @@ def test_saved_example_is_fresh(llm):
 
 
 def test_widget_follows_its_controls_and_clamps_its_arguments():
-    class NoEngine:                                  # the widget needs no model: its gate just waits
-        def start(self):
-            pass
-
-        def snapshot(self):
-            from types import SimpleNamespace
-            return SimpleNamespace(status=SimpleNamespace(value="loading"), detail="", progress="")
-
-    w = DataFlowWidget(NoEngine(), batch=1000, context=5, model="GPT-9")
+    w = DataFlowWidget(LoadedEngine(), batch=1000, context=5, model="GPT-9")   # no model: its gate just waits
     assert w._batch.value == BATCHES[-1] and w._context.value == CONTEXTS[0]
-    assert "No model called" in w._notes.object and "Batch is 1–256" in w._notes.object
+    assert "No model called" in w.notes.object and "Batch is 1–256" in w.notes.object
     w._model.value, w._batch.value, w._context.value = "Llama-3-70B", 16, 4096
     caption = w.diagram.data["caption"]
     assert "Llama-3-70B, batch 16, context 4,096" in caption and "split over 4 GPUs" in caption

@@ -11,8 +11,9 @@ import torch
 pytest.importorskip("panel")
 
 from widgets.common.testing import assert_example_fresh  # noqa: E402
-from widgets.embedding_space import cosine, nearest, pca_2d, table_facts, word_vector  # noqa: E402
-from widgets.embeddings import EmbeddingsWidget, Inputs, compute, own_words  # noqa: E402
+from widgets.embeddings.compute import (Inputs, compute, cosine, nearest, own_words, pca_2d, table_facts,  # noqa: E402
+                                        word_vector)
+from widgets.embeddings.widget import EmbeddingsWidget  # noqa: E402
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -88,18 +89,18 @@ def test_own_words():
 
 
 def test_widget_escapes_reader_words_and_explains_empty_ones(llm):
-    from tests.unit.test_app_generate_widget import FakeHandle
+    from tests.helpers.fakes import FakeHandle
     w = EmbeddingsWidget(FakeHandle(_llm=llm))
     # 120 s: a deadline, not a speed target (a loaded 2-core CI machine can be many times slower)
-    assert w._runner.wait_idle(120) and "0.62" in w._compare.object and "measured on" in w._compare.object
+    assert w.jobs.wait_idle(120) and "0.62" in w._compare.object and "measured on" in w._compare.object
     w._a.value_input = XSS
     w._own.value_input = f"tea, {XSS}"
-    assert w._runner.wait_idle(120)
+    assert w.jobs.wait_idle(120)
     assert "<img" not in w._compare.object and "&lt;img" in w._compare.object
     assert any(XSS in words for words in w._map.sources["your words"].data["word"])   # Bokeh draws it as text
     w._near.value = ""
-    assert w._runner.wait_idle(120)
-    assert "Type a word to list its neighbours" in w._notes.object and w._neighbours.object == ""
+    assert w.jobs.wait_idle(120)
+    assert "Type a word to list its neighbours" in w.notes.object and w._neighbours.object == ""
 
 
 def test_compute_without_sets_has_an_empty_map(llm):
@@ -109,7 +110,7 @@ def test_compute_without_sets_has_an_empty_map(llm):
 
 def test_loading_shows_the_saved_example_not_a_blank():
     from widgets.common.handle import EngineStatus
-    from tests.unit.test_app_generate_widget import FakeHandle
+    from tests.helpers.fakes import FakeHandle
     w = EmbeddingsWidget(FakeHandle(EngineStatus.LOADING))
     assert 'data-state="loading"' in w.gate.pane.object
     assert "0.62" in w._compare.object and "recorded on" in w._compare.object

@@ -12,12 +12,14 @@ pn = pytest.importorskip("panel")
 from engine import SamplingParams  # noqa: E402
 from widgets.common.sharing import Admission, Reader, Refused  # noqa: E402
 from widgets.common.testing import LoadedEngine, assert_example_fresh  # noqa: E402
-from widgets.engine_dashboard import EngineDashboard, dashboard_html, dashboard_view  # noqa: E402
-from widgets.generate import run_generation  # noqa: E402
+from widgets.engine_dashboard.compute import dashboard_view  # noqa: E402
+from widgets.engine_dashboard.view import dashboard_html  # noqa: E402
+from widgets.engine_dashboard.widget import EngineDashboard  # noqa: E402
+from widgets.generate.compute import run_generation  # noqa: E402
 
 
 def test_saved_example_is_fresh(llm):
-    assert_example_fresh("engine_dashboard", llm, ignore={"tokens_per_s"})
+    assert_example_fresh("engine-dashboard", llm, ignore={"tokens_per_s"})
 
 
 def test_the_view_is_the_engines_latest_step_with_this_readers_request_marked(llm):

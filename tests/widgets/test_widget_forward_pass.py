@@ -11,8 +11,8 @@ import param  # noqa: E402
 
 from engine import SamplingParams  # noqa: E402
 from widgets.common.testing import LoadedEngine, assert_example_fresh  # noqa: E402
-from widgets.forward_pass import ForwardPassWidget  # noqa: E402
-from widgets.forward_trace import block_stages, lens_logits, logit_lens, residual_norms  # noqa: E402
+from widgets.forward_pass.compute import block_stages, lens_logits, logit_lens, residual_norms  # noqa: E402
+from widgets.forward_pass.widget import ForwardPassWidget  # noqa: E402
 
 TEXT = "The capital of France is"
 XSS = "<img src=x onerror=alert(1)>"
@@ -59,10 +59,10 @@ def test_every_shape_is_the_models_config(llm, ins):
 def test_the_logit_lens_ends_at_the_models_logits(llm, ins):
     n = len(ins.token_ids)
     for token in (1, n - 1):
-        lens = lens_logits(llm, ins, token)
+        lens = lens_logits(ins, token)
         assert lens.shape == (llm.config.num_layers + 1, llm.config.vocab_size)
         assert torch.allclose(lens[-1], ins.logits[token], atol=1e-4)
-    rows = logit_lens(llm, ins, n - 1)
+    rows = logit_lens(ins, n - 1)
     assert rows[-1].answer_rank == 1 and rows[-1].top[0][0] == int(ins.logits[-1].argmax())
     # the lens's last row is what the serving engine writes: its greedy first token
     out = llm.generate(TEXT, SamplingParams(temperature=0.0, max_tokens=1))[0]
@@ -83,7 +83,7 @@ def test_saved_example_is_fresh(llm, one_torch_thread):
 
 # -- the widget, without a browser ----------------------------------------------------------------
 def settle(w: ForwardPassWidget) -> None:
-    assert w._runner.wait_idle(120)
+    assert w.jobs.wait_idle(120)
 
 
 def test_block_view_steps_follows_tokens_and_escapes(llm, one_torch_thread):

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 pytest.importorskip("panel")
 
 from widgets.common.handle import EngineStatus  # noqa: E402
-from tests.unit.test_app_generate_widget import FakeHandle  # noqa: E402
+from tests.helpers.fakes import FakeHandle  # noqa: E402
 from widgets.common.testing import assert_example_fresh  # noqa: E402
-from widgets.inspection import inspection  # noqa: E402
-from widgets.mlp_activations import MLPActivations, compute  # noqa: E402
-from widgets.mlp_data import neuron_profile, strongest_tokens, swiglu_path  # noqa: E402
+from widgets.common.cache import inspection  # noqa: E402
+from widgets.mlp_activations.compute import compute, neuron_profile, strongest_tokens, swiglu_path  # noqa: E402
+from widgets.mlp_activations.widget import MLPActivations  # noqa: E402
 
 TEXT = "In 1989, 3 of the 12 jurors voted 7 to 5."
 
@@ -32,7 +32,7 @@ def test_swiglu_path_is_what_the_layer_computed(llm):
     with torch.inference_mode():
         gate, up = mlp.w1(seen["x"]), mlp.w3(seen["x"])
     for token in (0, 5, len(ins.tokens) - 1):
-        path = swiglu_path(llm, ins, layer, token)
+        path = swiglu_path(ins, layer, token)
         np.testing.assert_array_equal(path.product, ins.mlp_activations[layer, token].numpy())
         np.testing.assert_allclose(path.gate, gate[token].numpy(), atol=2e-4, rtol=1e-4)
         np.testing.assert_allclose(path.up, up[token].numpy(), atol=2e-4, rtol=1e-4)
@@ -72,23 +72,23 @@ def test_widget_follows_layer_token_and_neuron(llm):
     assert w._plots.neurons.data["neuron"] and w._layer.disabled           # saved example, controls wait
     handle.status = EngineStatus.READY
     w.gate.check()
-    assert w._runner.wait_idle(60) and not w._layer.disabled
+    assert w.jobs.wait_idle(60) and not w._layer.disabled
     w._box.value = TEXT
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     ins, _, _ = inspection(llm, TEXT)
     w._layer.value = 15
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     w._token.value = 3                                                      # the token "9"
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     assert "‘<b>9</b>’ in layer 15" in w._flow.object
     np.testing.assert_allclose(w._plots.neurons.data["product"], ins.mlp_activations[15, 3].numpy(), atol=1e-6)
     w._pick_neuron(42)                                                      # what tapping a dot does
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     assert w._neuron.value == 42 and "Neuron <b>42</b> of layer 15" in w._profile_text.object
     np.testing.assert_allclose(w._plots.bars.data["top"], ins.mlp_activations[15, :, 42].numpy(), atol=1e-6)
     w._pick_token(0)                                                        # tapping a bar
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     assert "‘<b>In</b>’ in layer 15" in w._flow.object
     w._box.value = "a <b>bold</b> claim"
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     assert "<b>bold" not in w._profile_text.object and "&lt;" in w._profile_text.object + w._flow.object

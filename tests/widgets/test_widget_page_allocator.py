@@ -12,11 +12,11 @@ import pytest
 pn = pytest.importorskip("panel")
 
 from bokeh.document import Document  # noqa: E402
-from widgets.allocator_sandbox import AllocatorSandbox  # noqa: E402
-from widgets.allocator_view import compare_html, grid_html, usage  # noqa: E402
+from widgets.page_allocator.compute import AllocatorSandbox  # noqa: E402
+from widgets.page_allocator.view import compare_html, grid_html, usage  # noqa: E402
 from widgets.common.testing import LoadedEngine, assert_example_fresh  # noqa: E402
 from widgets.common.sandboxes import owned_by  # noqa: E402
-from widgets.page_allocator import PageAllocator  # noqa: E402
+from widgets.page_allocator.widget import PageAllocator  # noqa: E402
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -138,19 +138,19 @@ def test_widget_replays_the_example_then_frees_its_pool_when_the_session_ends(ll
     with owned_by(page):
         w = PageAllocator(LoadedEngine(llm), sentence=XSS)
     assert "&lt;img" in w._source.object and "<img" not in w._source.object
-    assert w._runner.wait_idle(600) and w._sandbox is not None
+    assert w.jobs.wait_idle(600) and w._sandbox is not None
     pool = w._sandbox
     assert w._grid.object == grid_html(pool.last) and "Finished A" in pool.last["event"]
     w._queue(("add", 30, 40, 2), *[("step",)] * 3)
     deadline = time.monotonic() + 600
-    while w._pending or w._runner.busy:                      # polling a condition
+    while w._pending or w.jobs.busy:                         # polling a condition
         assert time.monotonic() < deadline
         time.sleep(0.02)
     check(pool, pool.last)
     assert "D:1" in pool.last["tables"] and w._grid.object == grid_html(pool.last)
     assert w._which.options == ["B", "C", "D"]
     w._queue(*[("step",)] * 16)                              # leave while steps are queued
-    w._close()
+    w.close()
     for end in list(page.session_destroyed_callbacks):      # the page's end frees what it owns
         end(None)
     while not pool.engine.freed:

@@ -13,9 +13,9 @@ pytest.importorskip("panel")                # the widgets need the app's depende
 
 from engine import ModelConfig, parallel_layout  # noqa: E402
 from widgets.common.testing import assert_example_fresh  # noqa: E402
-from widgets.parallelism import views  # noqa: E402
+from widgets.parallelism import view  # noqa: E402
 from widgets.parallelism.modelled import SCENARIOS, pipeline, tensor_parallel  # noqa: E402
-from widgets.parallelism.run import RunSlot, check_size, sizes_for  # noqa: E402
+from widgets.parallelism.compute import check_size, sizes_for  # noqa: E402
 
 SMOL = ModelConfig()
 TIMES = {"seconds", "busy", "window_s", "bubble", "startup_s", "device"}     # measured, differ per run
@@ -45,7 +45,7 @@ def test_every_all_reduce_carries_tokens_x_hidden_x_bytes(saved):
         assert s["all_reduce"]["bytes"] == s["all_reduce"]["calls"] * s["tokens"] * SMOL.hidden_size * 4
         assert s["all_reduce_bytes_each"] == s["tokens"] * SMOL.hidden_size * 4
         assert all(r["all_reduce"]["bytes"] == s["all_reduce"]["bytes"] for r in s["ranks"])
-    html = views.steps_html(run, "measured")
+    html = view.steps_html(run, "measured")
     first = run["steps"][0]
     assert f"= <b>{first['all_reduce_bytes_each']:,} bytes</b>" in html
 
@@ -57,16 +57,16 @@ def test_pipeline_steps_hand_off_the_hidden_state_and_show_the_bubble(saved):
     for s in run["steps"]:
         assert s["handoff_bytes"] == [n * SMOL.hidden_size * 4 for n in s["micro_batches"]]
         assert sum(r["send"]["bytes"] for r in s["ranks"]) == 2 * sum(s["handoff_bytes"])    # 2 boundaries
-    html = views.steps_html(run, "measured", 0)
+    html = view.steps_html(run, "measured", 0)
     assert html.count('class="pz-lane"') == 3
     assert html.count('class="pz-busy') == 3 * 3                        # 3 stages x 3 micro-batches
-    decode = views.steps_html(run, "measured", 1)
+    decode = view.steps_html(run, "measured", 1)
     assert decode.count('class="pz-busy') == 3 and "67% at best" in decode
 
 
 @pytest.mark.parametrize("tp", [3, 9])
 def test_the_split_view_draws_each_ranks_slice_of_each_matrix(tp):
-    html = views.split_html(parallel_layout(SMOL, tp), SMOL, "tp")
+    html = view.split_html(parallel_layout(SMOL, tp), SMOL, "tp")
     assert html.count('class="pz-matrix"') == 8
     assert html.count('class="pz-slice') == 8 * tp
     assert html.count("all-reduce: every rank adds") == 2
@@ -76,7 +76,7 @@ def test_the_split_view_draws_each_ranks_slice_of_each_matrix(tp):
 
 
 def test_the_stage_view_places_thirty_layers():
-    html = views.split_html(parallel_layout(SMOL, 1, 3), SMOL, "pp")
+    html = view.split_html(parallel_layout(SMOL, 1, 3), SMOL, "pp")
     assert html.count('class="pz-layer ') == 30
     assert [html.count(f'data-link="stage-{s}"') for s in range(3)] == [11, 11, 11]   # 10 layers + legend
 
@@ -91,28 +91,43 @@ def test_refusals_are_the_engines_and_the_servers():
 
 def test_reader_text_is_escaped(saved):
     run = dict(saved.data["runs"]["tp"], prompt="<img src=x onerror=alert(1)>", text="<b>x</b>")
-    html = views.texts_html(run, "measured")
+    html = view.texts_html(run, "measured")
     assert "<img" not in html and "&lt;img src=x" in html and "<b>x" not in html
 
 
 def test_one_run_per_server_and_the_next_one_is_told_its_place():
-    slot, waits, got = RunSlot(), [], []
-    assert slot.acquire(lambda: False, waits.append)
-    t = threading.Thread(target=lambda: got.append(slot.acquire(lambda: False, waits.append)))
-    t.start()
+    from widgets.common.sharing import PARALLEL_RUNS, Admission
+    assert PARALLEL_RUNS.seats == 1
+    slot, waits, got, release = Admission(seats=1), [], [], threading.Event()
+
+    def first():
+        with slot.seat():
+            got.append("first")
+            release.wait(30)
+
+    def second():
+        with slot.seat(on_place=waits.append):
+            got.append("second")
+    t1 = threading.Thread(target=first)
+    t1.start()
     deadline = time.monotonic() + 30
+    while "first" not in got and time.monotonic() < deadline:
+        t1.join(0.05)
+    t2 = threading.Thread(target=second)
+    t2.start()
     while not waits and time.monotonic() < deadline:
-        t.join(0.05)
-    assert waits[:1] == [1] and slot.busy and not got
-    slot.release()
-    t.join(30)
-    assert got == [True]
-    slot.release()
-    cancel = threading.Event()
-    assert slot.acquire(lambda: False, waits.append)
-    cancel.set()
-    assert slot.acquire(cancel.is_set, waits.append) is False     # a cancelled reader leaves the line
-    slot.release()
+        t2.join(0.05)
+    assert waits[:1] == [1] and slot.running == 1 and got == ["first"]
+    release.set()
+    t1.join(30)
+    t2.join(30)
+    assert got == ["first", "second"] and slot.running == 0
+    from widgets.common.sharing import Refused
+    with slot.seat():                                               # a cancelled reader leaves the line
+        with pytest.raises(Refused):
+            with slot.seat(should_stop=lambda: True):
+                pass
+        assert slot.waiting == 0 and slot.running == 1
 
 
 def test_the_modelled_view_is_the_chapters_arithmetic():
@@ -125,6 +140,6 @@ def test_the_modelled_view_is_the_chapters_arithmetic():
     assert tensor_parallel("decode, 1 user")["links"]["NVLink"]["fixed_s"] == pytest.approx(160 * 10e-6)
     pp = pipeline("decode, 1 user")
     assert pp["hidden_bytes"] == 16 * 1024 and pp["vllm_bytes"] == 32 * 1024
-    html = views.modelled_html(prefill, pipeline("prefill, 2,000 tokens"), "")
+    html = view.modelled_html(prefill, pipeline("prefill, 2,000 tokens"), "")
     assert "modelled" in html and re.search(r"<b>\d+%</b>", html)
     assert set(SCENARIOS) == {"decode, 1 user", "decode, 64 users", "prefill, 2,000 tokens"}

@@ -8,8 +8,9 @@ pn = pytest.importorskip("panel")
 from widgets.common import Cancelled  # noqa: E402
 from widgets.modelled.hardware import GPUS, MODELS, decode_step, ridge_batch  # noqa: E402
 from widgets.common.testing import LoadedEngine, assert_example_fresh  # noqa: E402
-from widgets.prefill_decode import PrefillDecodeWidget, ladder, measure, measure_one, prompt_ids  # noqa: E402
-from widgets.roofline import BATCHES, RooflinePanel, recorded_latency_rows, roofline  # noqa: E402
+from widgets.prefill_decode.compute import ladder, measure, measure_one, prompt_ids, recorded_latency_rows  # noqa: E402
+from widgets.prefill_decode.roofline import BATCHES, RooflinePanel, roofline  # noqa: E402
+from widgets.prefill_decode.widget import PrefillDecodeWidget  # noqa: E402
 
 TIMES = {"ttft_ms", "itl_ms", "prefill_ms", "shared"}
 
@@ -110,12 +111,12 @@ def test_widget_paints_the_saved_example_then_measures(llm):
     w = PrefillDecodeWidget(LoadedEngine(llm), sentence="<img src=x onerror=alert(1)>")
     assert not w._button.disabled and "Press Measure" in w._table.object   # another sentence: no saved points
     w._longest.value = "256 tokens"
-    import widgets.prefill_decode as pd
+    import widgets.prefill_decode.compute as pd
     lengths = pd.LENGTHS
     pd.LENGTHS = (16, 32)                                     # keep the test short
     try:
-        w._on_click()
-        assert w._runner.wait_idle(120)
+        w._measure()
+        assert w.jobs.wait_idle(120)
     finally:
         pd.LENGTHS = lengths
     assert w._src["ttft"].data["tokens"] == [16, 32]

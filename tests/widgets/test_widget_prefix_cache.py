@@ -9,9 +9,9 @@ pn = pytest.importorskip("panel")
 from widgets.common import Cancelled  # noqa: E402
 from widgets.common.examples import load_example  # noqa: E402
 from widgets.common.testing import LoadedEngine, same  # noqa: E402
-from widgets.prefix_cache import (DEFAULT_QUESTIONS, DEFAULT_SYSTEM, PrefixCacheWidget,  # noqa: E402
-                                   early_word_changed, parse_questions)
-from widgets.prefix_run import BLOCK_SIZE, PrefixLab, chat_ids  # noqa: E402
+from widgets.prefix_cache.compute import BLOCK_SIZE, PrefixLab, chat_ids  # noqa: E402
+from widgets.prefix_cache.widget import (DEFAULT_QUESTIONS, DEFAULT_SYSTEM, PrefixCacheWidget,  # noqa: E402
+                                         early_word_changed, parse_questions)
 
 QUESTIONS = list(DEFAULT_QUESTIONS)
 TIMES = frozenset({"ttft_on_ms", "ttft_off_ms"})
@@ -113,9 +113,9 @@ def test_widget_escapes_an_edit_on_a_cold_cache_misses_and_frees_on_close(llm):
     w = PrefixCacheWidget(LoadedEngine())
     assert "pc-hit" in w._blocks.object and "recorded on" in w._summary.object     # the saved example
     w = PrefixCacheWidget(LoadedEngine(llm), questions=["<img src=x onerror=alert(1)>", "And a second one?"])
-    assert not w._runner.busy and w._lab is None and not w._send.disabled       # live: waits for the reader
+    assert not w.jobs.busy and w._lab is None and not w._send.disabled          # live: waits for the reader
     w._change_word()                     # a cold cache: the unedited prompt goes first, then the edited one
-    assert w._runner.wait_idle(120) and "cheerful" in w._system.value and len(w._lab.engine.trace) > 0
+    assert w.jobs.wait_idle(120) and "cheerful" in w._system.value and len(w._lab.engine.trace) > 0
     assert "&lt;img src=x" in w._blocks.object and "<img" not in w._blocks.object
     assert "measured on cpu" in w._summary.object and "hashes changed from block 0" in w._summary.object
     q1 = w._lab.previous["requests"][0]["blocks"]                        # what the view was painted from

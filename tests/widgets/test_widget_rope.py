@@ -11,10 +11,10 @@ import torch
 pytest.importorskip("panel")
 
 from widgets.common.handle import EngineStatus  # noqa: E402
-from tests.unit.test_app_generate_widget import FakeHandle  # noqa: E402
+from tests.helpers.fakes import FakeHandle  # noqa: E402
 from widgets.common.testing import assert_example_fresh  # noqa: E402
-from widgets.rope import RopeWidget  # noqa: E402
-from widgets.rope_data import content, pair_speeds, rope_view, score  # noqa: E402
+from widgets.rope.compute import content, pair_speeds, rope_view, score  # noqa: E402
+from widgets.rope.widget import RopeWidget  # noqa: E402
 
 
 def test_llm_rope_is_the_rotation_attention_applies(llm):
@@ -74,7 +74,7 @@ def test_widget_moves_both_positions_together_and_refuses_leaving_the_window(llm
     assert "1.176" in w._readout.object                                  # the saved example, painted at once
     handle.status = EngineStatus.READY
     w.gate.check()
-    assert w._runner.wait_idle(60)
+    assert w.jobs.wait_idle(60)
     w._m.value, w._n.value = 30, 20
     before = w._readout.object.split("pairs: ")[1][:60]
     w._together.value = True
@@ -85,10 +85,10 @@ def test_widget_moves_both_positions_together_and_refuses_leaving_the_window(llm
     assert (w._m.value, w._n.value) == (10, 0)
     w._m.value = 8191 + 0                                                 # n would be 8,181: allowed
     w._m.value = 5                                                        # n would be -8,176: refused
-    assert (w._m.value, w._n.value) == (8191, 8181) and "not moved" in w._notes.object
+    assert (w._m.value, w._n.value) == (8191, 8181) and "not moved" in w.notes.object
     w._together.value = False
     w._n.value = 99_999                                                   # typed past the window: clamped
-    assert w._n.value == 8191 and w._n.end == 8191 and "using 8191, not 99,999" in w._notes.object
+    assert w._n.value == 8191 and w._n.end == 8191 and "using 8191, not 99,999" in w.notes.object
     assert "m − n = 0" in w._readout.object
     w._pair_b.value = 31
     assert "pair 31" in w._plots[1].figure.title.text

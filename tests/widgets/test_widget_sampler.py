@@ -14,8 +14,8 @@ pytest.importorskip("panel")
 from engine import SamplingParams  # noqa: E402
 from widgets.common.testing import LoadedEngine, assert_example_fresh  # noqa: E402
 from engine import sampling_probs  # noqa: E402
-from widgets.next_token import TOP, cut_by, draw, next_token_logits, shape  # noqa: E402
-from widgets.sampler import SamplerWidget  # noqa: E402
+from widgets.sampler.compute import TOP, cut_by, draw, next_token_logits, shape  # noqa: E402
+from widgets.sampler.widget import SamplerWidget  # noqa: E402
 
 from engine.model.sampler import make_generator, sample  # noqa: E402  (the engine's sampler itself)
 
@@ -122,30 +122,30 @@ def test_saved_example_is_fresh(llm, one_torch_thread):
 
 def test_the_widget_reshapes_live_and_writes_both_continuations(llm, one_torch_thread):
     w = SamplerWidget(LoadedEngine(llm), prompt=PROMPT)
-    assert w._runner.wait_idle(120)               # the prompt's logits and the first shaping
+    assert w._shaper.wait_idle(120)               # the prompt's logits and the first shaping
     assert "␣blue" in w._src.data["label"][0] and len(w._src.data["label"]) == TOP + 1
     w._top_k.value = 3
-    assert w._runner.wait_idle(60)
+    assert w._shaper.wait_idle(60)
     assert sum(p > 0 for p in w._src.data["shaped"]) == 3 and "3 of 49,152 tokens" in w._summary.object
     assert w._src.data["fate"][3] == "cut by top-k"
     w._seed.value = 10**12                        # out of range: clamped, and the page says so
-    assert w._runner.wait_idle(60)
-    assert "Seed is 0–2147483647" in w._notes.object
+    assert w._shaper.wait_idle(60)
+    assert "Seed is 0–2147483647" in w.notes.object
     w._continue()
-    assert w._writer.wait_idle(120)
+    assert w.jobs.wait_idle(120)
     greedy = llm.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=24))[0]
     assert 'data-kind="greedy"' in w._conts.object
     assert "".join(re.findall(r'title="token id (\d+)"', w._conts.object.split('data-kind="sampled"')[0])) == \
         "".join(map(str, greedy.token_ids))
     w._box.param.update(value="<img src=x onerror=alert(1)>", value_input="<img src=x onerror=alert(1)>")
-    assert w._runner.wait_idle(60)
+    assert w._shaper.wait_idle(60)
     assert "<img" not in w._summary.object and "<img" not in w._conts.object
 
 
 def test_a_slider_moved_while_a_new_prompt_waits_still_gets_the_new_prompt(llm, one_torch_thread):
     w = SamplerWidget(LoadedEngine(llm), prompt="The capital of France is")
-    assert w._runner.wait_idle(120)
+    assert w._shaper.wait_idle(120)
     w._box.value = PROMPT                        # debounced: its job is still waiting...
     w._top_k.value = 3                           # ...when this job replaces it
-    assert w._runner.wait_idle(120)
+    assert w._shaper.wait_idle(120)
     assert "␣blue" in w._src.data["label"][0] and sum(p > 0 for p in w._src.data["shaped"]) == 3

@@ -7,12 +7,12 @@ import pytest
 
 pn = pytest.importorskip("panel")
 
-import widgets.serving_runs as serving_runs  # noqa: E402
+from widgets.serving_knobs import compute  # noqa: E402
 from widgets.common import Cancelled  # noqa: E402
 from widgets.common.examples import load_example  # noqa: E402
 from widgets.common.testing import LoadedEngine, same  # noqa: E402
-from widgets.serving_knobs import EXAMPLE_SEQS, ServingKnobsWidget  # noqa: E402
-from widgets.serving_runs import Knobs, frontier, lengths, point_from, prepare, run_point, serve_point  # noqa: E402
+from widgets.serving_knobs.widget import EXAMPLE_SEQS, ServingKnobsWidget  # noqa: E402
+from widgets.serving_knobs.compute import Knobs, frontier, lengths, point_from, prepare, run_point, serve_point  # noqa: E402
 
 TIMES = frozenset({"tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "duration_s", "device"})
 
@@ -31,18 +31,18 @@ def test_saved_example_is_fresh(llm):
 def test_a_point_is_its_runs_metrics(llm):
     from engine import serve_workload
     knobs = Knobs("chat", max_num_seqs=2, budget=64)
-    engine, requests, budget = prepare(llm, knobs, num_requests=4)
-    run = serve_workload(engine, requests)
-    point = point_from(knobs, run.metrics, budget, llm.device_name, engine.num_free_blocks())
-    ttft = [o.metrics.ttft_s * 1e3 for o in run.outputs]
-    itl = [g * 1e3 for o in run.outputs for g in o.metrics.itl_s]
-    assert point["ttft_p50_ms"] == pytest.approx(np.percentile(ttft, 50), abs=1e-3)
-    assert point["ttft_p99_ms"] == pytest.approx(np.percentile(ttft, 99), abs=1e-3)
-    assert point["itl_p50_ms"] == pytest.approx(np.percentile(itl, 50), abs=1e-3)
-    out_tokens = sum(r.output_len for r in requests)
-    assert point["tokens_per_s"] == pytest.approx(out_tokens / point["duration_s"], rel=1e-2)
-    assert point["steps"] == engine.trace.num_steps and point["free_after"] == point["num_blocks"] == 64
-    assert max(len(r.entries) for r in engine.trace) <= 2                # max_num_seqs held
+    with prepare(llm, knobs, num_requests=4) as (engine, requests, budget):
+        run = serve_workload(engine, requests)
+        point = point_from(knobs, run.metrics, budget, llm.device_name, engine.num_free_blocks())
+        ttft = [o.metrics.ttft_s * 1e3 for o in run.outputs]
+        itl = [g * 1e3 for o in run.outputs for g in o.metrics.itl_s]
+        assert point["ttft_p50_ms"] == pytest.approx(np.percentile(ttft, 50), abs=1e-3)
+        assert point["ttft_p99_ms"] == pytest.approx(np.percentile(ttft, 99), abs=1e-3)
+        assert point["itl_p50_ms"] == pytest.approx(np.percentile(itl, 50), abs=1e-3)
+        out_tokens = sum(r.output_len for r in requests)
+        assert point["tokens_per_s"] == pytest.approx(out_tokens / point["duration_s"], rel=1e-2)
+        assert point["steps"] == engine.trace.num_steps and point["free_after"] == point["num_blocks"] == 64
+        assert max(len(r.entries) for r in engine.trace) <= 2                # max_num_seqs held
 
 
 def test_frontier_keeps_the_unbeaten_runs():
@@ -52,8 +52,8 @@ def test_frontier_keeps_the_unbeaten_runs():
 
 def test_no_chunking_raises_the_budget_and_patterns_have_their_lengths(llm):
     longest = max(r["isl"] + r["osl"] for r in lengths("summarization"))
-    engine, _, budget = prepare(llm, Knobs("summarization", budget=32, chunked=False), num_requests=12)
-    assert budget == longest == engine.config.max_num_batched_tokens
+    with prepare(llm, Knobs("summarization", budget=32, chunked=False), num_requests=12) as (engine, _, budget):
+        assert budget == longest == engine.config.max_num_batched_tokens
     summ, code = lengths("summarization"), lengths("code generation")
     assert min(r["isl"] for r in summ) >= 100 and max(r["osl"] for r in summ) <= 15     # prefill-heavy
     assert max(r["isl"] for r in code) <= 25 and min(r["osl"] for r in code) >= 25      # decode-heavy
@@ -63,28 +63,28 @@ def test_no_chunking_raises_the_budget_and_patterns_have_their_lengths(llm):
 
 def test_a_stopped_run_leaves_no_block_held(llm):
     knobs = Knobs("summarization", max_num_seqs=4, budget=64)
-    engine, requests, budget = prepare(llm, knobs, num_requests=6)
     calls = []
 
     def stop():
         calls.append(1)
         if len(calls) > 4:
             raise Cancelled()
-    with pytest.raises(Cancelled):
-        serve_point(llm, knobs, engine, requests, budget, check=stop)
-    state = engine.allocator_state()
-    assert engine.trace.num_steps == 4 and not engine.has_unfinished()
-    assert state.num_free == state.num_blocks and not state.tables
+    with prepare(llm, knobs, num_requests=6) as (engine, requests, budget):
+        with pytest.raises(Cancelled):
+            serve_point(llm, knobs, engine, requests, budget, check=stop)
+        state = engine.allocator_state()
+        assert engine.trace.num_steps == 4 and not engine.has_unfinished()
+        assert state.num_free == state.num_blocks and not state.tables
 
 
 def test_widget_plots_each_runs_point(llm, monkeypatch):
-    monkeypatch.setattr(serving_runs, "NUM_REQUESTS", 3)
+    monkeypatch.setattr(compute, "NUM_REQUESTS", 3)
     w = ServingKnobsWidget(LoadedEngine())
     assert len(w._ttft.src["p50"].data["x"]) == len(EXAMPLE_SEQS) and "recorded on" in w._table.object
     w = ServingKnobsWidget(LoadedEngine(llm))
     w._seqs.value = 2
     w._on_run()
-    assert w._runner.wait_idle(300)
+    assert w.jobs.wait_idle(300)
     [point] = w._runs                                              # the example's runs gave way
     assert point["knobs"]["max_num_seqs"] == 2 and "source" not in point
     assert w._ttft.src["p50"].data["x"] == [point["tokens_per_s"]]
@@ -93,4 +93,4 @@ def test_widget_plots_each_runs_point(llm, monkeypatch):
     w._pattern.value = "summarization"                             # another pattern: its lengths, no runs yet
     assert "summarization" in w._lengths.src and len(w._lengths.src["summarization"].data["x"]) == 12
     assert w._ttft.src["p50"].data["x"] == [] and "1 run(s) of other patterns" in w._table.object
-    w._runner.close()
+    w.close()

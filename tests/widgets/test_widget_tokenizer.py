@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from widgets.common.testing import assert_example_fresh  # noqa: E402
-from widgets.token_spans import count_chars, render, segments_from_spans, tokenize  # noqa: E402
-from widgets.tokenizer import LIMIT, SAMPLES, TOKENIZERS, TokenizerWidget, sample_stats  # noqa: E402
+from widgets.tokenizer.compute import SAMPLES, TOKENIZERS, count_chars, sample_stats, segments_from_spans, tokenize  # noqa: E402
+from widgets.tokenizer.view import render  # noqa: E402
+from widgets.tokenizer.widget import LIMIT, TokenizerWidget  # noqa: E402
 
 XSS = "<img src=x onerror=alert(1)>"
 # Letters, digits, spaces, line breaks, emoji with skin tones, combining accents, CJK, control characters.
@@ -94,26 +95,26 @@ def test_chapter_2_quotes_the_widgets_own_sample_numbers(llm):
 
 
 def test_widget_types_clips_samples_and_escapes(llm):
-    from tests.unit.test_app_generate_widget import FakeHandle
+    from tests.helpers.fakes import FakeHandle
     w = TokenizerWidget(FakeHandle(_llm=llm))
     # 120 s: a deadline, not a speed target (20,000 characters through two tokenizers on a loaded CI machine)
-    assert w._runner.wait_idle(120) and w.gate.live
+    assert w.jobs.wait_idle(120) and w.gate.live
     assert "7 tokens" in w._cols.object and "measured on" in w._cols.object and "(26)" in w._samples.object
     w._box.value_input = XSS
-    assert w._runner.wait_idle(120)
+    assert w.jobs.wait_idle(120)
     assert "<img" not in w._cols.object and shown_text(w._cols.object) == XSS
     w._box.value_input = "x" * (LIMIT + 5)
-    assert w._runner.wait_idle(120)
-    assert "Only the first 20,000 characters are used" in w._count.object and len(w._text) == LIMIT
+    assert w.jobs.wait_idle(120)
+    assert "Only the first 20,000 characters are used" in w.notes.object and len(w._text) == LIMIT
     w._use_sample("Python code")
-    assert w._runner.wait_idle(120) and "29 tokens" in w._cols.object and "44 tokens" in w._cols.object
+    assert w.jobs.wait_idle(120) and "29 tokens" in w._cols.object and "44 tokens" in w._cols.object
     w._show_ids.value = True
     assert "show-ids" in w._cols.css_classes
 
 
 def test_loading_shows_the_saved_example_not_a_blank():
     from widgets.common.handle import EngineStatus
-    from tests.unit.test_app_generate_widget import FakeHandle
+    from tests.helpers.fakes import FakeHandle
     w = TokenizerWidget(FakeHandle(EngineStatus.LOADING))
     assert 'data-state="loading"' in w.gate.pane.object
     assert "7 tokens" in w._cols.object and "recorded on" in w._cols.object and "(26)" in w._samples.object

@@ -196,7 +196,7 @@ def test_reader_sentence_outside_a_session_is_the_default():
 
 
 def test_gate_calls_on_ready_once_when_the_engine_is_up():
-    from tests.unit.test_app_generate_widget import FakeHandle, FakeLLM
+    from tests.helpers.fakes import FakeHandle, FakeLLM
     from widgets.common.handle import EngineStatus
     calls = []
     h = FakeHandle(EngineStatus.LOADING, _llm=FakeLLM([]))
@@ -220,7 +220,7 @@ def test_saved_generate_example_is_what_the_engine_writes(llm):
 
 
 def test_generate_counts_what_the_engine_did(llm):
-    from widgets.generate import run_generation
+    from widgets.generate.compute import run_generation
     prompt = "Name a colour of the rainbow."
     first = run_generation(llm, prompt, 4, chat=True)
     again = run_generation(llm, prompt, 4, chat=True)
