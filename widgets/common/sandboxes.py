@@ -141,13 +141,15 @@ def sandbox(llm, **kwargs):
 def release(box, who: str) -> None:
     """Abort whatever the sandbox still runs, check from the engine's own state that no KV block stayed in
     use (a leak is logged as an error), and free its memory. One its page already freed is left alone."""
-    if box.freed:
+    if box.freed:                        # its page closed first and freed it (the page's ledger logs how much)
+        log.info("%s: sandbox freed with its page", who)
         return
     try:
         for rid in box.unfinished_request_ids():
             box.abort(rid)
         state = box.allocator_state()
-    except SandboxFreed:                 # the page closed first and freed it
+    except SandboxFreed:
+        log.info("%s: sandbox freed with its page", who)
         return
     if state.num_free != state.num_blocks or state.tables or box.has_unfinished():
         log.error("%s: sandbox closed with %d of %d KV blocks still in use", who,
