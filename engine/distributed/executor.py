@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import time
+from multiprocessing.connection import wait
 
 import torch
 import torch.distributed as dist
@@ -75,6 +77,8 @@ class DistributedExecutor:
         self.pc, self.dtype, self.full_config = pc, dtype, model.config
         self.error: str | None = None
         self.comm, self.runner, self.kv_cache, self._closed = None, None, None, False
+        self._closing = False
+        self._first_death: str | None = None       # the watch's finding: who died first, and how
         self.store = master_store(pc.world_size)
         whole = SharedModel(model) if SharedModel.fits(model) else build
         spec = WorkerSpec(whole, pc, self.store.port, device_type, dtype,
@@ -87,6 +91,7 @@ class DistributedExecutor:
         try:
             for p in self.procs.values():
                 p.start()
+            threading.Thread(target=self._watch_workers, name="engine-worker-watch", daemon=True).start()
             self._wait_for_workers()
             announce(self.store, 0)
             self.comm = connect(0, pc, device_type, self.store)
@@ -157,7 +162,31 @@ class DistributedExecutor:
         return result
 
     # -- failure and the end -------------------------------------------------------------------
+    def _watch_workers(self) -> None:
+        """When a worker dies outside close(), end every other worker at once.
+
+        Gloo notices a dead peer only on a connection it is waiting on. With three or more ranks rank 0
+        can be waiting in an all-reduce on a live worker that is itself blocked sending rank 0 its error
+        (its own collective with the dead one failed): neither moves, and gloo's timeout is days. Once
+        every worker is gone, every connection rank 0 waits on closes, its collective fails, and _fail
+        names the worker that died first."""
+        sentinels = {p.sentinel: r for r, p in self.procs.items()}
+        while sentinels and not self._closing:
+            ended = wait(list(sentinels), timeout=0.5)
+            if self._closing:
+                return
+            if ended:
+                r = sentinels[ended[0]]
+                self.procs[r].join(timeout=1)           # reap it, for its exit code
+                self._first_death = f"worker {self.role(r)} exited with code {self.procs[r].exitcode}"
+                for p in self.procs.values():
+                    if p.is_alive():
+                        p.kill()
+                return
+
     def _check_workers(self) -> None:
+        if self._first_death is not None:
+            raise WorkerFailed(self._first_death)
         for r, p in self.procs.items():
             if not p.is_alive():
                 raise WorkerFailed(f"worker {self.role(r)} exited with code {p.exitcode}")
@@ -186,7 +215,7 @@ class DistributedExecutor:
         """Tell the workers to leave, end any that do not, and leave the process group."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = self._closing = True            # the watch stops: workers leaving now is expected
         atexit.unregister(self.close)
         if self.error is None and self.comm is not None:
             try:

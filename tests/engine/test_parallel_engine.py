@@ -135,6 +135,26 @@ def test_a_worker_that_dies_fails_the_request_and_leaves_nothing(run):
     assert not torch.distributed.is_initialized()
 
 
+def test_a_dead_worker_ends_the_others_at_once_and_the_next_step_names_it(one_torch_thread):
+    """With three ranks, rank 0 can wait in an all-reduce on a live worker that is itself stuck reporting
+    its own failed collective (seen in CI: a hang of days, gloo's timeout). The executor's watch ends every
+    worker as soon as one dies, so no wait is left on a live peer; the error names the one that died first."""
+    import time
+    engine = parallel_engine(tiny3(), tiny3, config(3, 1), torch.device("cpu"), torch.float32, threads=1)
+    try:
+        pids = engine.runner.worker_pids
+        os.kill(pids[-1], signal.SIGKILL)                  # between steps: nothing is waiting yet
+        deadline = time.monotonic() + 30
+        while children(os.getpid()) & set(pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not children(os.getpid()) & set(pids), "the live workers were not ended"
+        engine.add_request("r", [3, 4, 5], SamplingParams(temperature=0.0, max_tokens=2))
+        with pytest.raises(RuntimeError, match=r"worker rank 2 \(tensor-parallel rank 2\) exited with code -9"):
+            engine.step()
+    finally:
+        engine.close()
+    assert not torch.distributed.is_initialized()
+
 def test_bench_parallel_prints_json_against_one_process(capsys, one_torch_thread):
     import json
 
