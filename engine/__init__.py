@@ -14,7 +14,8 @@ from .loader.tokenizer import gpt2_tokenizer
 from .loader.weights import WeightsError
 from .loop_stats import LoopStats
 from .model.sampler import filter_logits, sampling_probs
-from .outputs import RequestMetrics, RequestOutput, StreamEvent
+from .inputs import TextPrompt, TokensPrompt
+from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput, StreamEvent
 from .sampling_params import SamplingParams
 from .sandbox import SandboxFreed
 from .spec_decode import SpecDecodeStats, expected_speedup, expected_tokens_per_pass
@@ -38,7 +39,7 @@ def __getattr__(name: str):
 
 
 __all__ = ["LLM", "SamplingParams", "EngineConfig", "ModelConfig", "SpeculativeConfig",
-           "RequestOutput", "RequestMetrics", "StreamEvent", "WeightsError", "SandboxFreed", "EngineClosed",
+           "TextPrompt", "TokensPrompt", "RequestOutput", "CompletionOutput", "Logprob", "RequestMetrics", "StreamEvent", "WeightsError", "SandboxFreed", "EngineClosed",
            "StepRecord", "ScheduledEntry", "LoopStats", "gpt2_tokenizer", "filter_logits", "sampling_probs",
            "ParallelStep", "ideal_bubble", "parallel_layout", "tensor_parallel_sizes",
            "SpecDecodeStats", "expected_tokens_per_pass", "expected_speedup", *_FROM_BENCH]

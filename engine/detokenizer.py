@@ -28,21 +28,23 @@ class IncrementalDetokenizer:
         self.text = ""               # everything decoded so far (cut before a stop string once found)
         self.num_emitted = 0         # characters of text already handed out as deltas
         self.stopped = False
+        self.stop_string: str | None = None   # the stop string that ended the text, once found
         self._prefix_offset = self._read_offset = 0
 
-    def add(self, token_id: int) -> str:
+    def add(self, token_id: int, check_stop: bool = True) -> str:
         """Append a token; return the newly completed text that is safe to show. Sets `stopped` when a
-        stop string appears (the stop string and anything after it are never emitted)."""
+        stop string appears (the stop string and anything after it are never emitted); with
+        check_stop=False (min_tokens not reached yet) the new text is not searched."""
         self.ids.append(token_id)
         piece = self._decode_new(final=False)
         if not piece:
             return ""                 # a character is only partly generated: wait for the rest
         searched_from = max(0, len(self.text) - self._hold)    # a stop string may straddle the old end
         self.text += piece
-        for s in self.stop:
+        for s in self.stop if check_stop else ():
             at = self.text.find(s, searched_from)
             if at != -1:
-                self.text, self.stopped = self.text[:at], True
+                self.text, self.stopped, self.stop_string = self.text[:at], True, s
                 return self._emit(len(self.text))
         return self._emit(len(self.text) - self._hold)
 

@@ -4,7 +4,7 @@
     ─────────────                        ───────────
     stream(prompt) ──add_request──►  ┌─ while requests: engine.step() ─┐
          ▲                           │   events ─► the request's queue │
-         └──── queue.get() ◄─────────┘   (finished: + RequestOutput)   ┘
+         └──── queue.get() ◄─────────┘   (its last: + RequestOutput)   ┘
 
 Every reader of the app submits through the same loop, so their requests share steps: the app
 itself is served by continuous batching. A caller that stops iterating aborts its request, so an
@@ -35,7 +35,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .llm_engine import LLMEngine
@@ -55,7 +55,8 @@ def _close_all_loops() -> None:
 
 @dataclass(slots=True)
 class LoopItem:
-    """What the loop thread hands a caller: an event (with the output once finished) or an error."""
+    """What the loop thread hands a caller: an event, or an error. The event that ends a request's last
+    completion carries the request's RequestOutput."""
     event: StreamEvent | None
     output: RequestOutput | None = None
     error: BaseException | None = None
@@ -81,7 +82,8 @@ class EngineLoop:
         self.engine = engine
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()   # (fn, future) commands for the loop thread
         self._wake = threading.Condition()                      # only for sleeping while there is no work
-        self._routes: dict[str, queue.SimpleQueue] = {}         # output id -> its request's queue (loop thread only)
+        self._routes: dict[str, tuple[str, queue.SimpleQueue]] = {}   # completion id -> (request id, its queue)
+        #                                                         (loop thread only)
         self._ids = itertools.count()
         self._closed = False
         self.failure: str | None = None                         # why the loop thread ended, if it did
@@ -127,7 +129,7 @@ class EngineLoop:
         def add() -> Submission:
             names = self.engine.add_request(request_id, prompt, params, prompt_text=prompt_text)
             for name in names:
-                self._routes[name] = items
+                self._routes[name] = (request_id, items)
             return Submission(request_id, names, items)
         return self._call(add)
 
@@ -158,25 +160,31 @@ class EngineLoop:
                     self.engine.abort(sub.request_id)
                 for name in sub.output_ids:
                     self._routes.pop(name, None)
-                    self.engine.take_output(name)            # an aborted output nobody will read
+                self.engine.take_output(sub.request_id)     # an aborted output nobody will read
             self._call_if_open(release)
 
     def stream(self, prompt: str | list[int], params: SamplingParams,
                prompt_text: str | None = None) -> Iterator[StreamEvent]:
-        """One event per generated token (the samples of an n > 1 request interleave)."""
+        """One event per generated token (the completions of an n > 1 request interleave)."""
         for item in self._items(self.submit(prompt, params, prompt_text)):
             yield item.event
 
-    def generate(self, prompts: list[tuple[str | list[int], str | None]], params: SamplingParams) -> list[RequestOutput]:
-        """Submit every prompt at once, so they are batched together; n outputs per prompt, in order."""
+    def generate(self, prompts: list[tuple[list[int], str | None, SamplingParams]],
+                 on_output: Callable[[], None] | None = None) -> list[RequestOutput]:
+        """Submit every (token ids, text, params) at once, so they are batched together; one RequestOutput
+        per prompt, in order. `on_output` is called as each is collected (a progress bar)."""
         subs = []
         try:
-            for p, text in prompts:          # one by one: a refused prompt leaves the earlier ones listed
-                subs.append(self.submit(p, params, text))
+            for ids, text, params in prompts:    # one by one: a refused prompt leaves the earlier ones listed
+                subs.append(self.submit(ids, params, text))
             outputs = []
             for sub in subs:
-                done = {item.event.request_id: item.output for item in self._items(sub) if item.event.finished}
-                outputs += [done[name] for name in sub.output_ids]
+                done = [item.output for item in self._items(sub) if item.output is not None]
+                if not done:
+                    raise RuntimeError(f"request {sub.request_id} ended without an output")
+                outputs.append(done[0])
+                if on_output is not None:
+                    on_output()
             return outputs
         finally:
             def abort_unfinished() -> None:                   # after an error: abort what is still running
@@ -193,8 +201,8 @@ class EngineLoop:
         blocks are freed then, and its stream ends. For a reader who left while the reply was running."""
         def abort() -> None:
             self.engine.abort(request_id)
-            for name, q in list(self._routes.items()):
-                if name == request_id or name.startswith(request_id + ":"):
+            for rid, q in list(self._routes.values()):
+                if rid == request_id:
                     q.put(LoopItem(None, error=_Aborted()))
         with self._wake:
             if self._closed or self.failure is not None:
@@ -234,7 +242,7 @@ class EngineLoop:
             while not self._inbox.empty():
                 _, future = self._inbox.get()
                 future.set_exception(ended)
-            for q in {id(q): q for q in self._routes.values()}.values():
+            for q in {id(q): q for _, q in self._routes.values()}.values():
                 q.put(LoopItem(None, error=ended))
 
     def _run_commands(self) -> None:
@@ -252,16 +260,19 @@ class EngineLoop:
     def _step(self) -> None:
         try:
             events = self.engine.step()
-            items = [LoopItem(ev, self.engine.take_output(ev.request_id) if ev.finished else None)
-                     for ev in events]
+            routed = []
+            for ev in events:
+                request_id, q = self._routes.get(ev.request_id, (ev.request_id, None))
+                # the request's output is ready once its last completion has ended (None before that)
+                output = self.engine.take_output(request_id) if ev.finished else None
+                routed.append((q, LoopItem(ev, output)))
         except Exception as exc:
             self._fail_step(exc)
             return
-        for item in items:
-            q = self._routes.get(item.event.request_id)
+        self._publish(len(events))         # first: a caller holding a step's token sees that step in `stats`
+        for q, item in routed:
             if q is not None:
                 q.put(item)
-        self._publish(len(events))
 
     def _fail_step(self, exc: Exception) -> None:
         """Fail the requests the broken step was running (its state may be half-updated); requests still
@@ -272,8 +283,8 @@ class EngineLoop:
             touched = set(self.engine.unfinished_request_ids())
         for request_id in touched:
             self.engine.abort(request_id)
-        for name, q in list(self._routes.items()):
-            if name.split(":")[0] in touched:
+        for request_id, q in list(self._routes.values()):
+            if request_id in touched:
                 q.put(LoopItem(None, error=exc))
         self._publish()
 

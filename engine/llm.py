@@ -1,8 +1,13 @@
-"""`LLM`: the front door. Load a model once, then generate or stream text.
+"""`LLM`: the front door. Load a model once, then generate, chat or stream, with vLLM's offline API.
 
     llm = LLM()                                    # the embedded SmolLM2-135M-Instruct
-    llm.generate(["The capital of France is"], SamplingParams(temperature=0.0, max_tokens=16))
+    outputs = llm.generate(["The capital of France is"], SamplingParams(temperature=0.0, max_tokens=16))
+    outputs[0].outputs[0].text                     # one RequestOutput per prompt, n completions each
+    llm.chat([{"role": "user", "content": "Why is the sky blue?"}], SamplingParams(max_tokens=64))
     for event in llm.stream("Why is the sky blue?", SamplingParams(max_tokens=64), chat=True): ...
+
+What a prompt may be (text, {"prompt": ...}, {"prompt_token_ids": [...]}) and what is refused is
+engine/inputs.py's job; what comes back is engine/outputs.py's.
 
 Inside, one LLMEngine (paged KV cache, continuous batching, prefix caching, chunked prefill)
 steps on a background thread (EngineLoop). Every generate/stream call, from any thread, submits
@@ -12,6 +17,7 @@ models spec_decode/factory.py's; the unpaged generate loop (engine/unpaged.py) s
 """
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -20,9 +26,11 @@ import torch
 
 from .config import EngineConfig, ModelConfig
 from .engine_loop import EngineLoop
+from .inputs import (ParsedPrompt, check_context, parse_conversations, parse_prompt, parse_prompts, render_chat,
+                     sampling_params_for)
 from .llm_engine import LLMEngine
 from .loader.model_loader import load_model, whole_model
-from .loader.tokenizer import TokenizerRegistry
+from .loader.tokenizer import TextTokenizer, TokenizerRegistry
 from .outputs import RequestOutput, StreamEvent
 from .sampling_params import SamplingParams
 from .sandbox import Sandbox, sandbox_config, sandbox_kv_bytes
@@ -58,41 +66,67 @@ class LLM:
         self._lock = threading.Lock()             # inspect(): one reference pass at a time
         self._sandboxes: weakref.WeakSet[Sandbox] = weakref.WeakSet()
 
-    # -- generation ----------------------------------------------------------------------------
+    # -- generation: vLLM's offline API -----------------------------------------------------------
+    def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+                 use_tqdm=False) -> list[RequestOutput]:
+        """One RequestOutput per prompt, in order (n completions each); the prompts are submitted together,
+        so they are batched. `prompts`: text, {"prompt": text}, {"prompt_token_ids": ids}, or a list of
+        them. `sampling_params`: None (vLLM's defaults), one for every prompt, or a list of one per
+        prompt. `use_tqdm`: True shows a progress bar on stderr (or pass a tqdm-like class)."""
+        parsed = parse_prompts(prompts, self.tokenizer, self.config.vocab_size)
+        return self._generate(parsed, sampling_params_for(sampling_params, len(parsed)), use_tqdm)
+
+    def chat(self, messages, sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+             use_tqdm=False, chat_template: str | None = None, add_generation_prompt: bool = True
+             ) -> list[RequestOutput]:
+        """Reply to one conversation ([{"role": ..., "content": ...}, ...]) or to each of a list of them:
+        the model's chat template (or `chat_template`) turns each into the prompt, which RequestOutput.prompt
+        shows."""
+        texts = [render_chat(c, self.tokenizer, chat_template, add_generation_prompt)
+                 for c in parse_conversations(messages)]
+        parsed = [parse_prompt(t, self.tokenizer, self.config.vocab_size, "messages (rendered)") for t in texts]
+        return self._generate(parsed, sampling_params_for(sampling_params, len(parsed)), use_tqdm, "messages")
+
+    def _generate(self, prompts: list[ParsedPrompt], params: list[SamplingParams], use_tqdm,
+                  where: str = "prompts") -> list[RequestOutput]:
+        check_context(prompts, params, self.engine.max_model_len, where)   # every prompt, before any runs
+        bar = _progress_bar(use_tqdm, len(prompts))
+        try:
+            return self.loop.generate([(p.token_ids, p.text, sp) for p, sp in zip(prompts, params)],
+                                      on_output=bar.update if bar is not None else None)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def get_tokenizer(self) -> TextTokenizer:
+        """The model's tokenizer (encode_ids, decode, apply_chat_template)."""
+        return self.tokenizer
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """A fresh SamplingParams with vLLM's defaults (the model's files carry no generation config here)."""
+        return SamplingParams()
+
+    # -- streaming: ours -----------------------------------------------------------------------------
     def format_prompt(self, prompt: str, chat: bool) -> str:
         """With chat=True, wrap the prompt in the model's chat template (a system turn, the user turn,
-        and the opening of the assistant turn) — what instruct models were trained to continue."""
+        and the opening of the assistant turn) — what instruct models were trained to continue. A model
+        without a template (random weights) gets the text as it is."""
         if chat and self.tokenizer.chat_template:
             return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
         return prompt
 
-    def _prompt_ids(self, prompt: str | list[int], chat: bool) -> list[int]:
-        """Text through the tokenizer (and the chat template), or token ids used as given (vLLM's
-        TokensPrompt: exact prompt lengths). The engine checks the limits when the request is added."""
-        if isinstance(prompt, str):
-            return self.tokenizer.encode_ids(self.format_prompt(prompt, chat))
-        ids = [int(i) for i in prompt]
-        if chat:
-            raise ValueError("chat=True needs a text prompt: the template is applied to text")
-        if any(not 0 <= i < self.config.vocab_size for i in ids):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size})")
-        return ids
-
-    def stream(self, prompt: str | list[int], params: SamplingParams | None = None,
-               chat: bool = False) -> Iterator[StreamEvent]:
-        """One StreamEvent per generated token; the last one has finished=True. Stopping early
-        (closing or dropping the iterator) aborts the request and frees its KV blocks.
-        `prompt` is text, or a list of token ids used as they are (no chat template)."""
-        ids = self._prompt_ids(prompt, chat)
-        yield from self.loop.stream(ids, params or SamplingParams(),
-                                    prompt_text=prompt if isinstance(prompt, str) else None)
-
-    def generate(self, prompts: str | list[str], params: SamplingParams | None = None,
-                 chat: bool = False) -> list[RequestOutput]:
-        """All prompts are submitted together and batched; outputs come back in prompt order
-        (n outputs per prompt when params.n > 1)."""
-        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        return self.loop.generate([(self._prompt_ids(p, chat), p) for p in prompts], params or SamplingParams())
+    def stream(self, prompt, sampling_params: SamplingParams | None = None, *, chat: bool = False
+               ) -> Iterator[StreamEvent]:
+        """One StreamEvent per generated token; the last one has finished=True. Stopping early (closing or
+        dropping the iterator) aborts the request and frees its KV blocks. `prompt` is one prompt in any
+        of generate()'s forms; chat=True wraps text in the chat template as the user's turn."""
+        if chat and not isinstance(prompt, str):
+            raise TypeError(f"stream(chat=True) takes the user's text, got {type(prompt).__name__}")
+        parsed = parse_prompt(self.format_prompt(prompt, chat) if chat else prompt, self.tokenizer,
+                              self.config.vocab_size)
+        params = sampling_params_for(sampling_params, 1)
+        check_context([parsed], params, self.engine.max_model_len, "prompt")
+        yield from self.loop.stream(parsed.token_ids, params[0], prompt_text=parsed.text)
 
     def abort(self, request_id: str) -> None:
         """End a running request at the next gap between steps and free its KV blocks; returns at once
@@ -198,3 +232,15 @@ class LLM:
             raise ValueError("inspect() runs the whole model in this process; this LLM is split over processes")
         with self._lock:
             return inspect(self.model, self.tokenizer, text, max_tokens)
+
+
+def _progress_bar(use_tqdm, total: int):
+    """vLLM's use_tqdm: False for none, True for a tqdm bar on stderr (tqdm comes with transformers), or a
+    tqdm-like class to build one."""
+    if use_tqdm is False:
+        return None
+    if use_tqdm is True:
+        from tqdm import tqdm as use_tqdm
+    elif not callable(use_tqdm):
+        raise TypeError(f"use_tqdm must be a bool or a tqdm-like class, got {type(use_tqdm).__name__}")
+    return use_tqdm(total=total, desc="Processed prompts", file=sys.stderr, dynamic_ncols=True)

@@ -32,6 +32,7 @@ from .core.sequence import Sequence
 from .core.static_batching import StaticBatchScheduler
 from .core.step_trace import ScheduledEntry, StepRecord, StepTrace
 from .model.llama import Llama
+from .model.sampler import request_seed
 from .output_processor import OutputProcessor
 from .outputs import RequestOutput, StreamEvent
 from .sampling_params import SamplingParams
@@ -101,15 +102,18 @@ class LLMEngine:
         self.trace = StepTrace(config.trace_capacity)
         self.spec_stats = SpecDecodeStats()       # every sampling pass of every sequence, since the start
         self._step = 0
+        self._num_requests = 0                    # requests added so far: names the seed of those without one
 
     # -- requests ------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams | None = None,
                     arrival_s: float | None = None, prompt_text: str | None = None) -> list[str]:
-        """Queue a request; returns the ids its outputs will carry (request_id, or request_id:i for n > 1).
+        """Queue a request; returns the ids its completions' events will carry (request_id, or request_id:i
+        for n > 1). take_output(request_id) hands over its RequestOutput once every completion has ended.
 
         `prompt` is text (tokenized here) or token ids; `prompt_text` names the text that token ids
         came from, for the RequestOutput."""
         params = params or SamplingParams()
+        params.check()                   # a field set after construction is checked too
         if request_id in self.output_processor.requests:
             raise ValueError(f"request {request_id!r} is already running")
         if isinstance(prompt, str):
@@ -118,19 +122,40 @@ class LLMEngine:
             text, ids = prompt, self.tokenizer.encode_ids(prompt)
         else:
             text, ids = prompt_text, list(prompt)
-        self._check_fits(len(ids), params)
-        seq = Sequence(self.scheduler.new_seq_id(), request_id, ids, params, num_samples_to_fork=params.n - 1)
+        self._check_token_ids(ids, params)
+        max_tokens = params.max_tokens if params.max_tokens is not None else self.max_model_len - len(ids)
+        self._check_fits(len(ids), max_tokens, params)
+        # A request without a seed of its own draws from one named by its arrival under the engine's seed:
+        # the same script gives the same text run after run (vLLM's LLM(seed=...)).
+        seed = params.seed if params.seed is not None else request_seed(self.config.seed, self._num_requests)
+        self._num_requests += 1
+        seq = Sequence(self.scheduler.new_seq_id(), request_id, ids, params, num_samples_to_fork=params.n - 1,
+                       max_tokens=max_tokens, seed=seed)
         self.output_processor.add(seq.seq_id, request_id, seq.name, text, ids, params,
                                   arrival_s if arrival_s is not None else time.perf_counter())
         self.scheduler.add(seq)
         return [request_id if params.n == 1 else f"{request_id}:{i}" for i in range(params.n)]
 
-    def _check_fits(self, prompt_len: int, params: SamplingParams) -> None:
-        total = prompt_len + params.max_tokens
+    def _check_token_ids(self, ids: list[int], params: SamplingParams) -> None:
+        vocab = self.model.config.vocab_size
+        for name, values in (("prompt token ids", ids), ("stop_token_ids", params.stop_token_ids),
+                             ("logit_bias keys", list(params.logit_bias or {}))):
+            bad = next((t for t in values if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise ValueError(f"{name}: {bad} is outside the vocabulary [0, {vocab})")
+
+    def _check_fits(self, prompt_len: int, max_tokens: int, params: SamplingParams) -> None:
+        total = prompt_len + max_tokens
         if prompt_len == 0:
             raise ValueError("the prompt must contain at least one token")
+        if max_tokens < 1:
+            raise ValueError(f"the prompt ({prompt_len} tokens) leaves no room to generate within the engine's "
+                             f"context, max_model_len {self.max_model_len}")
+        if params.min_tokens > max_tokens:
+            raise ValueError(f"min_tokens ({params.min_tokens}) exceeds the {max_tokens} tokens the context leaves "
+                             f"after the prompt")
         if total > self.max_model_len:
-            raise ValueError(f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) exceeds the engine's "
+            raise ValueError(f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the engine's "
                              f"context, max_model_len {self.max_model_len}")
         if not self.config.enable_chunked_prefill and total > self.config.max_num_batched_tokens:
             # a preempted request re-prefills prompt + output in one step: it must fit one budget
@@ -159,9 +184,10 @@ class LLMEngine:
         return ({seq.request_id for seq in (*s.running.values(), *s.swapped)}
                 | {seq.request_id for seq in s.waiting if seq.num_computed_tokens})
 
-    def take_output(self, output_id: str) -> RequestOutput | None:
-        """The RequestOutput of a finished (or aborted) sample, handed over once."""
-        return self.output_processor.outputs.pop(output_id, None)
+    def take_output(self, request_id: str) -> RequestOutput | None:
+        """The RequestOutput of a request whose completions have all ended (or that was aborted), handed
+        over once; None before that."""
+        return self.output_processor.outputs.pop(request_id, None)
 
     # -- one step ------------------------------------------------------------------------------
     def step(self) -> list[StreamEvent]:
@@ -181,6 +207,7 @@ class LLMEngine:
                        result: ModelRunnerOutput) -> tuple[list[StreamEvent], list[str]]:
         """The second half of a step: the scheduler takes the runner's tokens, the output processor
         turns them into events; returns the events and the output ids that finished."""
+        self.output_processor.add_prompt_logprobs(result.prompt_logprobs)
         updates = self.scheduler.update_from_output(scheduled, result)
         for update in updates:
             self.spec_stats.add(update.verified, len(update.new_token_ids))

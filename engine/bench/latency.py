@@ -47,7 +47,7 @@ def ours_once(engine: LLMEngine, batch: list[list[int]], new_tokens: int, tag: s
         if first_all is None and len(started) == len(batch):
             first_all = last
     for i in range(len(batch)):
-        assert len(engine.take_output(f"{tag}-{i}").token_ids) == new_tokens
+        assert len(engine.take_output(f"{tag}-{i}").outputs[0].token_ids) == new_tokens
     return {"ttft_ms": (first_all - start) * 1e3, "itl_ms": (last - first_all) / (new_tokens - 1) * 1e3}
 
 

@@ -70,7 +70,7 @@ def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> tuple[d
     wall = time.perf_counter() - start
     outs = [engine.take_output(f"r{i}") for i in range(len(prompts))]
     steps = [r for r in engine.trace.since(first_step)]
-    n_out = sum(len(o.token_ids) for o in outs)
+    n_out = sum(len(o.outputs[0].token_ids) for o in outs)
     itl = [x for o in outs for x in o.metrics.itl_s]
     result = {"wall_s": round(wall, 4), "output_tokens": n_out, "throughput_tokens_per_s": round(n_out / wall, 2),
               "ttft_ms_mean": round(1e3 * sum(o.metrics.ttft_s for o in outs) / len(outs), 3),
@@ -78,7 +78,7 @@ def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> tuple[d
     par = [r for r in steps if r.parallel is not None]
     if par:
         result["per_step"] = communication(par, engine.model.config.hidden_size, engine.dtype.itemsize)
-    return result, [o.token_ids for o in outs]
+    return result, [o.outputs[0].token_ids for o in outs]
 
 
 def communication(records, hidden: int, nbytes: int) -> dict:

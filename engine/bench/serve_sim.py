@@ -147,9 +147,9 @@ def serve_workload(engine: LLMEngine, workload: list[SimRequest], check: Callabl
         raise
     duration = time.perf_counter() - start
     outs = [engine.take_output(r.request_id) for r in workload]
-    assert all(o is not None and len(o.token_ids) == r.output_len for o, r in zip(outs, workload))
+    assert all(o is not None and len(o.outputs[0].token_ids) == r.output_len for o, r in zip(outs, workload))
     n_in = sum(len(r.prompt_ids) for r in workload)
-    n_out = sum(len(o.token_ids) for o in outs)
+    n_out = sum(len(o.outputs[0].token_ids) for o in outs)
     metrics = {
         "duration_s": round(duration, 3),
         "requests_per_s": round(len(workload) / duration, 3),

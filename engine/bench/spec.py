@@ -85,7 +85,7 @@ def run_once(model, cfg: EngineConfig, prompt_ids: list[int], batch: int, max_to
         engine.step()
     sync()
     wall = time.perf_counter() - start
-    outputs = [engine.take_output(str(i)).token_ids for i in range(batch)]
+    outputs = [engine.take_output(str(i)).outputs[0].token_ids for i in range(batch)]
     steps = [r for r in engine.trace if r.num_decode_tokens or r.num_verify_tokens]
     s: SpecDecodeStats = engine.spec_stats
     tokens = sum(len(o) for o in outputs)

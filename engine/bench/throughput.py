@@ -76,7 +76,7 @@ def _drain(engine: LLMEngine, prompts, params: SamplingParams, prefix: str) -> i
         engine.add_request(rid, p, params)
     while engine.has_unfinished():
         engine.step()
-    return sum(len(engine.take_output(rid).token_ids) for rid in ids)
+    return sum(len(engine.take_output(rid).outputs[0].token_ids) for rid in ids)
 
 
 def _mean_breakdown(records) -> dict | None:

@@ -53,6 +53,15 @@ class ScheduledRequest:
     num_lookahead_tokens: int = 0   # verify rows: slots reserved after token_ids, the most drafts allowed
     context_token_ids: list[int] = field(default_factory=list)  # verify rows: the sequence so far (prompt +
     #                                 output, newest last): n-gram lookup reads it, a draft model catches up from it
+    seed: int | None = None         # its draws' generator seed (sample i adds i): the request's own, or one the
+    #                                 engine named for it from EngineConfig.seed (None: the global RNG)
+    banned_token_ids: list[int] = field(default_factory=list)  # min_tokens not reached: EOS and stop_token_ids
+    #                                 may not be drawn
+    prompt_token_ids: list[int] = field(default_factory=list)  # repetition_penalty: the prompt's tokens
+    output_token_ids: list[int] = field(default_factory=list)  # penalties: the tokens generated so far
+    prompt_logprobs: int | None = None  # prompt_logprobs: the top k to report for the prompt tokens this chunk
+    prompt_logprob_targets: list[int] = field(default_factory=list)   # ... predicts: row j (position start_pos
+    #                                 + j) scores token start_pos + j + 1, for every such token inside the prompt
 
     @property
     def num_tokens(self) -> int:
@@ -109,6 +118,17 @@ class VerifiedDraft:
 
 
 @dataclass(slots=True)
+class TokenLogprobs:
+    """Log-probabilities at one position, from the raw logits: the token that came next (sampled, or the
+    prompt's own) and the k most likely."""
+    token_id: int
+    logprob: float
+    rank: int                       # 1 = the most likely
+    top_token_ids: list[int]        # the k most likely, most likely first
+    top_logprobs: list[float]
+
+
+@dataclass(slots=True)
 class ModelRunnerOutput:
     """What one forward pass produced: the new tokens of every sequence that sampled.
 
@@ -127,6 +147,9 @@ class ModelRunnerOutput:
     parallel: object | None = None  # tensor/pipeline parallel: the step's ParallelStep (engine/distributed/stats.py)
     propose_s: float = 0.0          # speculative decoding: the proposer's work before the forward pass
     verified: list[VerifiedDraft] = field(default_factory=list)   # one per verify row that had drafts
+    sampled_logprobs: list[list[TokenLogprobs] | None] | None = None   # row i's tokens' logprobs (None: not asked)
+    prompt_logprobs: dict[int, tuple[int, list[TokenLogprobs]]] = field(default_factory=dict)   # seq_id ->
+    #                                 (the prompt position of the first token scored, one entry per token scored)
 
 
 @dataclass(slots=True)
@@ -134,9 +157,11 @@ class SequenceOutput:
     """Scheduler -> output processor: the tokens one sequence gained this step (padding never shows)."""
     seq_id: int
     new_token_ids: list[int]
-    finish_reason: str | None = None     # "stop" (an EOS token, the last id) or "length", decided here
+    finish_reason: str | None = None     # "stop" (EOS or a stop token, the last id) or "length", decided here
     parent_seq_id: int | None = None     # a forked sample's first output names the sequence it split from
     verified: VerifiedDraft | None = None   # a verify row's outcome (speculative decoding statistics)
+    stop_reason: int | None = None       # the stop_token_ids entry that ended it (None: EOS, length, or going on)
+    logprobs: list[TokenLogprobs] | None = None   # one per new token, when its params ask for logprobs
 
 
 @dataclass(slots=True)

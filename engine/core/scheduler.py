@@ -35,7 +35,7 @@ import itertools
 from collections import deque
 
 from ..config import EngineConfig
-from .block_manager import BlockManager
+from .block_manager import BlockManager, PrefixHit
 from .records import FinishedSequence, ModelRunnerOutput, ScheduledRequest, SchedulerOutput, SequenceOutput
 from .sequence import Sequence, SequenceStatus
 
@@ -117,9 +117,9 @@ class Scheduler:
         k = self.num_speculative_tokens
         if seq.params.num_speculative_tokens is not None:
             k = min(k, seq.params.num_speculative_tokens)
-        if k <= 0 or seq.is_padding or seq.needs_prefill:
-            return None
-        left = min(seq.params.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
+        if k <= 0 or seq.is_padding or seq.needs_prefill or seq.params.adjusts_logits or seq.params.logprobs is not None:
+            return None            # (penalties, biases and logprobs are computed on plain decode rows only)
+        left = min(seq.max_tokens - seq.num_output_tokens, self.max_model_len - seq.num_tokens)
         return max(0, min(k, left - 1, budget - 1))
 
     def _schedule_swapped(self, out: SchedulerOutput, budget: int) -> int:
@@ -146,6 +146,8 @@ class Scheduler:
             if len(self.running) + 1 + seq.num_samples_to_fork > self.config.max_num_seqs:
                 break
             prefix = self.block_manager.find_cached_prefix(seq.token_ids)
+            if seq.params.prompt_logprobs is not None:     # every prompt token's logits are wanted: compute all
+                prefix = PrefixHit([], [], self.block_manager.block_size)
             num_new = seq.num_tokens - prefix.num_tokens
             if num_new > budget:
                 if not self.config.enable_chunked_prefill:
@@ -178,11 +180,24 @@ class Scheduler:
         if lookahead is not None:
             kind = "verify"
             context = list(seq.token_ids if self.spec_context is None else seq.token_ids[-self.spec_context:])
-        return ScheduledRequest(
+        req = ScheduledRequest(
             seq.seq_id, seq.name, kind, seq.token_ids[start:start + num_new], start,
             list(self.block_manager.block_ids(seq.seq_id)), num_cached, sample,
             seq.params if sample else None, seq.sample_index, seq.num_output_tokens, forks,
-            padding=seq.is_padding, num_lookahead_tokens=lookahead or 0, context_token_ids=context)
+            padding=seq.is_padding, num_lookahead_tokens=lookahead or 0, context_token_ids=context, seed=seq.seed)
+        p = seq.params
+        if sample:                                   # what the sampler reads beyond this step's logits
+            if seq.num_output_tokens < p.min_tokens:
+                req.banned_token_ids = sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else self.eos_token_ids))
+            if p.repetition_penalty != 1.0:
+                req.prompt_token_ids = list(seq.prompt_token_ids)
+            if p.adjusts_logits:
+                req.output_token_ids = list(seq.output_token_ids)
+        if p.prompt_logprobs is not None and start < seq.num_prompt_tokens - 1:
+            # row j of the chunk (position start + j) predicts the prompt's token start + j + 1
+            last = min(start + num_new, seq.num_prompt_tokens - 1)
+            req.prompt_logprobs, req.prompt_logprob_targets = p.prompt_logprobs, seq.prompt_token_ids[start + 1:last + 1]
+        return req
 
     def _run(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.RUNNING
@@ -211,6 +226,7 @@ class Scheduler:
     def update_from_output(self, sched: SchedulerOutput, result: ModelRunnerOutput) -> list[SequenceOutput]:
         """Move every scheduled sequence on by what the step computed and sampled."""
         new_tokens = dict(zip(result.seq_ids, result.sampled_token_ids))
+        logprobs = dict(zip(result.seq_ids, result.sampled_logprobs or []))
         verified = {v.seq_id: v for v in result.verified}
         outputs = []
         for req in sched.scheduled:
@@ -228,7 +244,7 @@ class Scheduler:
                     # accepted drafts + one sampled token: the drafts' K/V was computed in this pass
                     # and stays; rejected ones never advance num_computed_tokens (their slots are reused)
                     seq.num_computed_tokens += len(tokens) - 1
-                out = self._append(s, tokens, parent=seq if s is not seq else None)
+                out = self._append(s, tokens, parent=seq if s is not seq else None, logprobs=logprobs.get(s.seq_id))
                 if s is seq and req.kind == "verify" and not seq.is_finished:
                     self._roll_back(seq)
                 if out is not None:
@@ -245,24 +261,33 @@ class Scheduler:
     def _fork(self, parent: Sequence, child_id: int, index: int) -> Sequence:
         """A sibling sample splits off the finished prompt, sharing every block (copy-on-write later)."""
         child = Sequence(child_id, parent.request_id, parent.prompt_token_ids, parent.params, sample_index=index,
-                         token_ids=list(parent.token_ids), num_computed_tokens=parent.num_computed_tokens)
+                         token_ids=list(parent.token_ids), num_computed_tokens=parent.num_computed_tokens,
+                         max_tokens=parent.max_tokens, seed=parent.seed)
         self.block_manager.fork(parent.seq_id, child_id)
         self.seqs[child_id] = child
         self._run(child)
         parent.num_samples_to_fork = 0
         return child
 
-    def _append(self, seq: Sequence, tokens: list[int], parent: Sequence | None = None) -> SequenceOutput | None:
-        """Append sampled tokens; end the sequence at EOS, max_tokens or max_model_len."""
-        visible, reason = [], None
-        for token in tokens:
+    def _append(self, seq: Sequence, tokens: list[int], parent: Sequence | None = None,
+                logprobs: list | None = None) -> SequenceOutput | None:
+        """Append sampled tokens; end the sequence at EOS, a stop token, max_tokens or max_model_len (EOS and
+        stop tokens only once min_tokens are out, as vLLM reads it)."""
+        p = seq.params
+        visible, kept_logprobs, reason, stop_reason = [], [], None, None
+        for i, token in enumerate(tokens):
             seq.token_ids.append(token)
             if seq.is_padding:
                 continue                          # static batching: junk that only keeps the seat
             visible.append(token)
-            if token in self.eos_token_ids and not seq.params.ignore_eos:
+            if logprobs is not None:
+                kept_logprobs.append(logprobs[i])
+            past_min = len(seq.output_token_ids) >= p.min_tokens
+            if token in self.eos_token_ids and not p.ignore_eos and past_min:
                 reason = "stop"
-            elif len(seq.output_token_ids) >= seq.params.max_tokens or seq.num_tokens >= self.max_model_len:
+            elif token in p.stop_token_ids and past_min:
+                reason, stop_reason = "stop", token
+            elif len(seq.output_token_ids) >= seq.max_tokens or seq.num_tokens >= self.max_model_len:
                 reason = "length"
             if reason is not None:
                 break                             # tokens after the end are dropped
@@ -270,7 +295,8 @@ class Scheduler:
             self.finish(seq.seq_id, reason)
         if not visible:
             return None
-        return SequenceOutput(seq.seq_id, visible, reason, parent.seq_id if parent is not None else None)
+        return SequenceOutput(seq.seq_id, visible, reason, parent.seq_id if parent is not None else None,
+                              stop_reason=stop_reason, logprobs=kept_logprobs if logprobs is not None else None)
 
     # -- ending sequences ----------------------------------------------------------------------
     def finish(self, seq_id: int, reason: str = "abort") -> None:

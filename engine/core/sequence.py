@@ -40,6 +40,8 @@ class Sequence:
     num_preemptions: int = 0
     finish_reason: str | None = None      # "stop" | "length" | "abort", once it is done
     num_output_tokens_final: int | None = None   # static batching keeps padding tokens after this
+    max_tokens: int = 16                  # its output limit: params.max_tokens, or what the context leaves
+    seed: int | None = None               # its generator's seed: params.seed, or one the engine named for it
 
     def __post_init__(self) -> None:
         if not self.token_ids:

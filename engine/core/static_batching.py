@@ -75,8 +75,9 @@ class StaticBatchScheduler(Scheduler):
         self._end_batch_if_done()
         return outputs
 
-    def _append(self, seq: Sequence, tokens: list[int], parent: Sequence | None = None) -> SequenceOutput | None:
-        out = super()._append(seq, tokens, parent)
+    def _append(self, seq: Sequence, tokens: list[int], parent: Sequence | None = None,
+                logprobs: list | None = None) -> SequenceOutput | None:
+        out = super()._append(seq, tokens, parent, logprobs)
         if seq.is_padding and seq.num_tokens >= self.max_model_len:
             self._release(seq)                           # padding cannot go past the context: let it go
         return out

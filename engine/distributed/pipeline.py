@@ -35,7 +35,8 @@ def _cut(r: ScheduledRequest, a: int, b: int) -> ScheduledRequest:
     last = b == len(r.token_ids)
     return replace(r, token_ids=r.token_ids[a:b], start_pos=r.start_pos + a, sample=r.sample and last,
                    num_cached_tokens=r.num_cached_tokens if a == 0 else 0,
-                   fork_seq_ids=r.fork_seq_ids if last else [])
+                   fork_seq_ids=r.fork_seq_ids if last else [],
+                   prompt_logprob_targets=r.prompt_logprob_targets[a:b])     # row j scores target j
 
 
 def split_micro_batches(scheduled: list[ScheduledRequest], n: int) -> list[list[ScheduledRequest]]:

@@ -1,5 +1,14 @@
 """The sampler, in two parts: probabilities (how the logits are shaped), then the draw.
 
+0. adjust_logits: what a request asks beyond this step's logits, for every draw of the batch at once
+   (flat index lists, one scatter each):
+
+       logit_bias, and -inf on EOS / stop_token_ids before min_tokens      (added to the raw logits)
+       repetition_penalty on tokens seen in prompt or output   (a positive logit / r, a negative one x r)
+       frequency_penalty x count in the output, presence_penalty x (count > 0)        (subtracted)
+
+   Greedy rows are adjusted too: the argmax is taken after the penalties (vLLM does the same).
+
 1. sampling_probs: for a sampled (temperature > 0) row,
 
        logits / temperature -> keep top-k -> keep min-p -> keep top-p (nucleus) -> softmax
@@ -20,17 +29,119 @@
 
 The engine samples on the device without waiting for it (sample_tokens over a SamplingBatch): only
 the u numbers come from the host, so a seed gives the same tokens whatever the device or batch.
+Adjustments and logprob requests are small lists copied from pinned memory without a wait, and
+token_logprobs packs each position's log-probabilities so the runner reads them back with the tokens,
+in the step's one sync.
 
 The chapter 10 widget calls sampling_probs itself, so what it shows is what the engine samples from;
 speculative decoding's rejection sampler will need the same probabilities.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
 
+from ..core.records import TokenLogprobs
 from ..sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class LogitAdjustments:
+    """One step's changes to its draws' raw logits [R, V], as flat lists on the logits' device:
+
+        bias_draw, bias_token, bias_value   [K]   logit_bias entries, -inf for a token banned by min_tokens
+        penalized                           [P]   the draws with penalties (indices into R)
+        presence, frequency, repetition     [P]   their penalties (float32)
+        output_row, output_token            [N]   each generated token of a penalized draw (rows index P; a
+                                                  token generated twice is listed twice: frequency counts it)
+        prompt_row, prompt_token            [M]   its prompt's tokens (for the repetition penalty)
+    """
+    bias_draw: torch.Tensor
+    bias_token: torch.Tensor
+    bias_value: torch.Tensor
+    penalized: torch.Tensor
+    presence: torch.Tensor
+    frequency: torch.Tensor
+    repetition: torch.Tensor
+    output_row: torch.Tensor
+    output_token: torch.Tensor
+    prompt_row: torch.Tensor
+    prompt_token: torch.Tensor
+
+
+def to_device(values: list, dtype: torch.dtype, device) -> torch.Tensor:
+    """A small host list on the device without making the host wait: on a GPU the copy leaves from pinned
+    memory, queued behind the work already launched (PyTorch keeps the pinned block until it has run)."""
+    t = torch.tensor(values, dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def logit_adjustments(draws: list[tuple[SamplingParams, list[int], list[int], list[int]]],
+                      device) -> LogitAdjustments | None:
+    """From each draw's (params, banned token ids, prompt ids, output ids so far); None when no draw asks
+    for anything (the sampler then reads the logits as they are)."""
+    if not any(p.adjusts_logits for p, _, _, _ in draws):
+        return None
+    bias_draw, bias_token, bias_value, penalized, pen, out_row, out_tok, prompt_row, prompt_tok = ([] for _ in range(9))
+    for d, (p, banned, prompt, output) in enumerate(draws):
+        for token, value in [*(p.logit_bias or {}).items(), *((t, float("-inf")) for t in banned)]:
+            bias_draw.append(d)
+            bias_token.append(token)
+            bias_value.append(value)
+        if p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0:
+            row = len(penalized)
+            penalized.append(d)
+            pen.append((p.presence_penalty, p.frequency_penalty, p.repetition_penalty))
+            out_row += [row] * len(output)
+            out_tok += output
+            if p.repetition_penalty != 1.0:
+                prompt_row += [row] * len(prompt)
+                prompt_tok += prompt
+    presence, frequency, repetition = (list(x) for x in zip(*pen)) if pen else ([], [], [])
+    ints = lambda xs: to_device(xs, torch.long, device)          # noqa: E731
+    floats = lambda xs: to_device(xs, torch.float32, device)     # noqa: E731
+    return LogitAdjustments(ints(bias_draw), ints(bias_token), floats(bias_value), ints(penalized), floats(presence),
+                            floats(frequency), floats(repetition), ints(out_row), ints(out_tok), ints(prompt_row),
+                            ints(prompt_tok))
+
+
+def adjust_logits(logits: torch.Tensor, adj: LogitAdjustments) -> torch.Tensor:
+    """logits [R, V] (one row per draw, float32, changed in place and returned) with biases, bans and
+    penalties applied. Every size tested here is known on the host: nothing waits for the device."""
+    if adj.bias_draw.numel():
+        logits.index_put_((adj.bias_draw, adj.bias_token), adj.bias_value, accumulate=True)
+    if adj.penalized.numel():
+        rows = logits[adj.penalized]
+        counts = torch.zeros_like(rows)
+        counts.index_put_((adj.output_row, adj.output_token), torch.ones_like(adj.output_token, dtype=rows.dtype),
+                          accumulate=True)
+        seen = counts > 0
+        seen[adj.prompt_row, adj.prompt_token] = True
+        r = adj.repetition[:, None]
+        rows = torch.where(seen, torch.where(rows > 0, rows / r, rows * r), rows)
+        rows = rows - adj.frequency[:, None] * counts - adj.presence[:, None] * (counts > 0)
+        logits[adj.penalized] = rows
+    return logits
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> torch.Tensor:
+    """Log-probabilities at N positions under the raw logits [N, V], packed in one float64 tensor
+    [N, 2 + 2k] to be read back with the step's tokens: the token's log-probability, its rank (1 = most
+    likely), the top k ids, the top k log-probabilities (float64 holds every id exactly)."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = lp.gather(1, tokens[:, None])
+    rank = (lp > chosen).sum(dim=-1, keepdim=True) + 1
+    top, top_ids = lp.topk(k, dim=-1)
+    return torch.cat([chosen.double(), rank.double(), top_ids.double(), top.double()], dim=1)
+
+
+def unpack_logprobs(row: list[float], token_id: int, k: int, width: int) -> TokenLogprobs:
+    """One packed row of token_logprobs(..., width) read back on the host, keeping the top k <= width."""
+    return TokenLogprobs(token_id, row[0], int(row[1]), [int(t) for t in row[2:2 + k]], row[2 + width:2 + width + k])
 
 
 def filter_logits_batch(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
@@ -104,6 +215,7 @@ class SamplingBatch:
         temperature, top_k, top_p, min_p   [Rs]   each random draw's filters (see filter_logits_batch)
         u             [Rs] float64  its uniform number: from the request's own generator when seeded,
                                     drawn on the host, so a seed gives the same tokens on any device
+        adjust                      biases, bans and penalties per draw (None: the logits as they are)
     """
     rows: torch.Tensor
     sampled: torch.Tensor
@@ -112,6 +224,7 @@ class SamplingBatch:
     top_p: torch.Tensor
     min_p: torch.Tensor
     u: torch.Tensor
+    adjust: LogitAdjustments | None = None
 
 
 def uniform_draws(generators: list[torch.Generator | None]) -> list[float]:
@@ -132,11 +245,16 @@ def sample_tokens(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Ten
     """(token [R] int64, its probability [R] float32) for every draw, computed where the logits are.
 
     Only tensors in, tensors out: nothing waits for the device until the caller reads the tokens."""
-    tokens = logits.argmax(dim=-1)[batch.rows]
+    if batch.adjust is None:
+        tokens = logits.argmax(dim=-1)[batch.rows]
+        per_draw = None
+    else:                                      # one row per draw: each has its own biases and history
+        per_draw = adjust_logits(logits[batch.rows].float(), batch.adjust)
+        tokens = per_draw.argmax(dim=-1)
     p = torch.ones(tokens.shape, dtype=torch.float32, device=logits.device)
     if batch.sampled.numel():                  # a shape, known on the host: no sync
-        rows = batch.rows[batch.sampled]
-        filtered = filter_logits_batch(logits[rows].float(), batch.temperature, batch.top_k, batch.top_p, batch.min_p)
+        rows = logits[batch.rows[batch.sampled]].float() if per_draw is None else per_draw[batch.sampled]
+        filtered = filter_logits_batch(rows, batch.temperature, batch.top_k, batch.top_p, batch.min_p)
         probs = torch.softmax(filtered, dim=-1)
         picked = draw_from(probs, batch.u)
         tokens[batch.sampled] = picked
@@ -145,14 +263,14 @@ def sample_tokens(logits: torch.Tensor, batch: SamplingBatch) -> tuple[torch.Ten
 
 
 def sampling_batch(params: list[SamplingParams], generators: list[torch.Generator | None],
-                   device, rows: list[int] | None = None) -> SamplingBatch:
+                   device, rows: list[int] | None = None, adjust: LogitAdjustments | None = None) -> SamplingBatch:
     """The SamplingBatch of a list of draws (row i by default), for callers without a step buffer."""
     sampled = [i for i, p in enumerate(params) if not p.greedy]
     t, k, top_p, min_p = _param_tensors([params[i] for i in sampled], device)
     u = torch.tensor(uniform_draws([generators[i] for i in sampled]), dtype=torch.float64, device=device)
     rows = list(range(len(params))) if rows is None else rows
     return SamplingBatch(torch.tensor(rows, dtype=torch.long, device=device),
-                         torch.tensor(sampled, dtype=torch.long, device=device), t, k, top_p, min_p, u)
+                         torch.tensor(sampled, dtype=torch.long, device=device), t, k, top_p, min_p, u, adjust)
 
 
 def draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> list[int]:
@@ -166,16 +284,18 @@ def sample(
     logits: torch.Tensor,
     params: list[SamplingParams],
     generators: list[torch.Generator | None],
+    adjust: LogitAdjustments | None = None,
 ) -> list[int]:
-    """Pick one token per row: the argmax for greedy rows, a draw from sampling_probs for the others."""
-    return sample_with_probs(logits, params, generators)[0]
+    """Pick one token per row: the argmax for greedy rows, a draw from sampling_probs for the others
+    (after `adjust`: see logit_adjustments)."""
+    return sample_with_probs(logits, params, generators, adjust)[0]
 
 
-def sample_with_probs(logits: torch.Tensor, params: list[SamplingParams],
-                      generators: list[torch.Generator | None]) -> tuple[list[int], list[float]]:
+def sample_with_probs(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None],
+                      adjust: LogitAdjustments | None = None) -> tuple[list[int], list[float]]:
     """sample(), and the probability each picked token had under its row's distribution (1.0 when greedy)."""
     assert logits.dim() == 2 and logits.shape[0] == len(params) == len(generators)
-    tokens, p = sample_tokens(logits, sampling_batch(params, generators, logits.device))
+    tokens, p = sample_tokens(logits, sampling_batch(params, generators, logits.device, adjust=adjust))
     return tokens.tolist(), p.tolist()
 
 
@@ -184,6 +304,13 @@ def make_generator(seed: int | None, device: torch.device | None = None) -> torc
     if seed is None:
         return None
     return torch.Generator(device="cpu").manual_seed(seed)
+
+
+def request_seed(engine_seed: int, arrival: int) -> int:
+    """The seed the engine names for a request that brought none: its arrival number under the engine's
+    seed (EngineConfig.seed, vLLM's LLM(seed=...)), so a script's run draws the same numbers every time."""
+    digest = hashlib.blake2b(f"{engine_seed}/request/{arrival}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 class SeededGenerators:

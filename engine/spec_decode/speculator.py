@@ -68,7 +68,7 @@ class Speculator:
         params = r.sampling_params
         if params is None or params.greedy:
             return None
-        return step_generator(params.seed, r.sample_index, r.num_output_tokens)
+        return step_generator(r.seed, r.sample_index, r.num_output_tokens)
 
     def verify(self, rows: list[tuple[ScheduledRequest, torch.Tensor]]) -> list[VerifiedDraft]:
         """Each verify row with its logits [k + 1, V] (the target at the newest token and at each draft):

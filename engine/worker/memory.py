@@ -66,7 +66,7 @@ def profile_peak_activation_bytes(model: Llama, config: EngineConfig) -> int:
         blocks = list(range(first_block, first_block + blocks_for(n, bs)))
         first_block += len(blocks)
         scheduled.append(ScheduledRequest(i, f"profile-{i}", "prefill", [0] * n, 0, blocks, sample=True,
-                                          sampling_params=params))
+                                          sampling_params=params, seed=params.seed))
     ModelRunner(model, kv, config.max_num_batched_tokens, config.max_num_seqs).execute(SchedulerOutput(scheduled=scheduled))
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - base - kv_bytes

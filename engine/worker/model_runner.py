@@ -9,11 +9,13 @@ contributes its new tokens to one flat batch (no padding, except in a CUDA graph
                              slot_mapping     block_ids[p // block_size] * block_size + p % block_size
 
 Only a request with sample=True gets logits: its last token's row (plus one per draft token when
-it verifies drafts). A middle chunk of a chunked prefill only fills the KV cache.
+it verifies drafts). A middle chunk of a chunked prefill only fills the KV cache, unless its request
+asked for prompt_logprobs: then every row that predicts a prompt token gets logits too.
 
 On a GPU the step waits for the device once: inputs are written into pinned host memory and copied
 in one non-blocking copy (step_buffer.py), the sampler runs on the device (sampler.sample_tokens),
-and the only read back is the sampled token ids. Decode batches replay a captured CUDA graph
+and the only read back is the sampled token ids, with any log-probabilities asked for packed beside
+them (sampler.token_logprobs). Decode batches replay a captured CUDA graph
 (cuda_graphs.py); prefill and mixed batches run eagerly.
 
 Speculative decoding (engine/spec_decode/) is handed in as a `speculator`: before the forward pass
@@ -30,11 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..core.records import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from ..core.records import ModelRunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprobs
 from ..model.attention import AttentionMetadata, PagedAttention
 from ..loader.progress import log
 from ..model.llama import Llama
-from ..model.sampler import SamplingBatch, SeededGenerators, sample_tokens
+from ..model.sampler import (SamplingBatch, SeededGenerators, logit_adjustments, sample_tokens, to_device,
+                             token_logprobs, unpack_logprobs)
 from .cuda_graphs import CudaGraph, DecodeGraphs, decode_plan, graph_batch_sizes
 from .kv_cache import KVCache
 from .step_buffer import StepBuffer, layout
@@ -51,6 +54,18 @@ class StepInputs:
     sampling: SamplingBatch        # one draw per sampled row (forked siblings draw from one row)
     draw_seq_ids: list[int] = field(default_factory=list)           # the sequence each draw belongs to
     verify: list[tuple[ScheduledRequest, int]] = field(default_factory=list)  # (request, first logits row)
+    draw_logprobs: list[int | None] = field(default_factory=list)   # each draw's logprobs k (None: not asked)
+    prompt_rows: list[PromptRows] = field(default_factory=list)     # chunks that score their prompt tokens
+
+
+@dataclass(slots=True)
+class PromptRows:
+    """A chunk's rows that predict prompt tokens (prompt_logprobs): logits rows first .. first + len(targets)."""
+    seq_id: int
+    first_row: int                 # its first logits row
+    first_position: int            # the prompt position of the token its first row predicts
+    targets: list[int]             # the prompt tokens its rows predict, in order
+    k: int                         # top tokens to report per position
 
 
 class ModelRunner:
@@ -125,10 +140,10 @@ class ModelRunner:
         S, T = len(reqs), int(lens.sum())
         B, Tp = (pad_to, pad_to) if pad_to else (S, T)
         W = self.max_blocks_per_seq if pad_to else max((len(r.block_ids) for r in reqs), default=0)
-        logit_rows, draws, verify = self._logits_and_draws(reqs, lens)
+        logit_rows, draws, verify, prompt_rows = self._logits_and_draws(reqs, lens)
         if not draw:
-            draws, verify = [], []
-        sampled = [i for i, (_, p, _, _) in enumerate(draws) if not p.greedy]
+            draws, verify, prompt_rows = [], [], []
+        sampled = [i for i, (_, p, _, _, _) in enumerate(draws) if not p.greedy]
         h = self.buffer.begin(dict(
             input_ids=Tp, positions=Tp, slot_mapping=Tp, seq_lens=B, query_start_loc=B + 1, block_tables=B * W,
             logits_indices=len(logit_rows), sample_rows=len(draws), **dict.fromkeys(_DRAW_FIELDS, len(sampled))))
@@ -150,25 +165,34 @@ class ModelRunner:
         h["slot_mapping"][:T] = table[owner, pos // bs].astype(np.int64) * bs + pos % bs
         h["input_ids"][T:], h["positions"][T:], h["slot_mapping"][T:] = 0, 0, -1   # -1: write_kv skips it
         h["logits_indices"][:] = logit_rows
-        h["sample_rows"][:] = [row for row, _, _, _ in draws]
+        h["sample_rows"][:] = [row for row, _, _, _, _ in draws]
         h["sampled"][:] = sampled
         for j, i in enumerate(sampled):
-            _, p, gen, _ = draws[i]
+            _, p, gen, _, _ = draws[i]
             h["temperature"][j], h["top_k"][j], h["top_p"][j], h["min_p"][j] = p.temperature, p.top_k, p.top_p, p.min_p
             h["u"][j] = torch.rand(1, generator=gen).item()       # the draw's number, from its own generator
 
         d = self.buffer.commit()
         meta = AttentionMetadata(d["slot_mapping"], d["block_tables"].view(B, W), d["seq_lens"], d["query_start_loc"])
+        # biases, bans and penalties: small lists, copied without a wait (None when no draw has any)
+        adjust = logit_adjustments([(p, r.banned_token_ids, r.prompt_token_ids, r.output_token_ids)
+                                    for _, p, _, _, r in draws], self.device)
         sampling = SamplingBatch(d["sample_rows"], d["sampled"], d["temperature"], d["top_k"], d["top_p"],
-                                 d["min_p"], d["u"])
+                                 d["min_p"], d["u"], adjust)
         return StepInputs(d["input_ids"], d["positions"], meta, d["logits_indices"], sampling,
-                          [seq_id for _, _, _, seq_id in draws], verify)
+                          [seq_id for _, _, _, seq_id, _ in draws], verify,
+                          [p.logprobs for _, p, _, _, _ in draws], prompt_rows)
 
     def _logits_and_draws(self, reqs: list[ScheduledRequest], lens: np.ndarray):
-        """Hidden rows that get logits; each draw as (logits row, params, generator, seq_id); verify requests."""
-        logit_rows, draws, verify, end = [], [], [], 0
+        """Hidden rows that get logits; each draw as (logits row, params, generator, seq_id, request); verify
+        requests; the rows that score prompt tokens."""
+        logit_rows, draws, verify, prompt_rows, end = [], [], [], [], 0
         for r, n in zip(reqs, lens.tolist()):
             end += n
+            if r.prompt_logprob_targets:          # the chunk's first rows predict its next prompt tokens
+                prompt_rows.append(PromptRows(r.seq_id, len(logit_rows), r.start_pos + 1, r.prompt_logprob_targets,
+                                              r.prompt_logprobs))
+                logit_rows += range(end - n, end - n + len(r.prompt_logprob_targets))
             if not r.sample:
                 continue
             first = len(logit_rows)
@@ -178,10 +202,11 @@ class ModelRunner:
                 continue
             # n > 1: the forked siblings draw from the same row, each with its own generator
             for index, seq_id in enumerate([r.seq_id] + r.fork_seq_ids, start=r.sample_index):
-                p, seed = r.sampling_params, r.sampling_params.seed
-                gen = None if p.greedy or seed is None else self.generators.get(seq_id, seed + index, r.num_output_tokens)
-                draws.append((first, p, gen, seq_id))
-        return logit_rows, draws, verify
+                p = r.sampling_params
+                gen = None if p.greedy or r.seed is None else self.generators.get(seq_id, r.seed + index,
+                                                                                  r.num_output_tokens)
+                draws.append((first, p, gen, seq_id, r))
+        return logit_rows, draws, verify, prompt_rows
 
     # -- one step ----------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -237,17 +262,8 @@ class ModelRunner:
         rows (1 + k logits rows each) are judged by the speculator: greedy match or rejection sampling."""
         if out.return_probs:
             result.sampled_probs = []
-        if inputs.draw_seq_ids:
-            tokens, probs = sample_tokens(logits, inputs.sampling)
-            if timer is not None:
-                timer.mark()            # before the read: once the ids are here, this event has happened
-            if out.return_probs:        # ids and probabilities in one read (float64 holds any token id)
-                ids, ps = torch.stack([tokens.double(), probs.double()]).tolist()
-                result.sampled_token_ids, result.sampled_probs = [[int(t)] for t in ids], [[p] for p in ps]
-            else:
-                result.sampled_token_ids = [[t] for t in tokens.tolist()]
-            self.buffer.device_caught_up()
-            result.seq_ids = list(inputs.draw_seq_ids)
+        if inputs.draw_seq_ids or inputs.prompt_rows:
+            self._sample_draws(out, inputs, logits, result, timer)
         if not inputs.verify:
             return
         if self.speculator is None:
@@ -264,6 +280,49 @@ class ModelRunner:
             if out.return_probs:
                 result.sampled_probs.append(v.target_probs[:v.num_accepted] + [v.final_prob]
                                             if v.target_probs is not None else [1.0] * len(tokens))
+            if result.sampled_logprobs is not None:
+                result.sampled_logprobs.append(None)    # a request that asks for logprobs never speculates
+
+    def _sample_draws(self, out: SchedulerOutput, inputs: StepInputs, logits: torch.Tensor,
+                      result: ModelRunnerOutput, timer: _GpuTimer | None) -> None:
+        """Every plain draw and every prompt row scored, read back in one copy: token ids, their sampling
+        probabilities (return_probs), then the packed log-probabilities (float64 holds any token id)."""
+        parts, n = [], len(inputs.draw_seq_ids)
+        want = [(i, k) for i, k in enumerate(inputs.draw_logprobs) if k is not None]
+        width = max([k for _, k in want] + [pr.k for pr in inputs.prompt_rows], default=0)
+        if n:
+            tokens, probs = sample_tokens(logits, inputs.sampling)
+            parts += [tokens.double(), probs.double()] if out.return_probs else [tokens.double()]
+            if want:
+                draws = to_device([i for i, _ in want], torch.long, logits.device)
+                parts.append(token_logprobs(logits[inputs.sampling.rows[draws]], tokens[draws], width).flatten())
+        if inputs.prompt_rows:
+            rows = [pr.first_row + j for pr in inputs.prompt_rows for j in range(len(pr.targets))]
+            targets = [t for pr in inputs.prompt_rows for t in pr.targets]
+            parts.append(token_logprobs(logits[to_device(rows, torch.long, logits.device)],
+                                       to_device(targets, torch.long, logits.device), width).flatten())
+        if timer is not None:
+            timer.mark()                # before the read: once the values are here, this event has happened
+        values = torch.cat(parts).tolist()
+        self.buffer.device_caught_up()
+        ids, at = [int(t) for t in values[:n]], n
+        if out.return_probs:
+            result.sampled_probs = [[p] for p in values[n:2 * n]]
+            at = 2 * n
+        result.seq_ids = list(inputs.draw_seq_ids)
+        result.sampled_token_ids = [[t] for t in ids]
+        row = 2 + 2 * width
+
+        def take(token_id: int, k: int) -> TokenLogprobs:
+            nonlocal at
+            at += row
+            return unpack_logprobs(values[at - row:at], token_id, k, width)
+        if want:
+            result.sampled_logprobs = [None] * n
+            for i, k in want:
+                result.sampled_logprobs[i] = [take(ids[i], k)]
+        for pr in inputs.prompt_rows:
+            result.prompt_logprobs[pr.seq_id] = (pr.first_position, [take(t, pr.k) for t in pr.targets])
 
 
 class _GpuTimer:

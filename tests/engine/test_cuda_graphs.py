@@ -57,7 +57,7 @@ def run_all(engine, prompts, params=GREEDY):
         engine.add_request(str(i), p, params)
     while engine.has_unfinished():
         engine.step()
-    return [engine.take_output(str(i)).token_ids for i in range(len(prompts))]
+    return [engine.take_output(str(i)).outputs[0].token_ids for i in range(len(prompts))]
 
 
 def prompts(n, seed=0):
@@ -79,7 +79,7 @@ def test_greedy_tokens_through_replayed_decode_steps_equal_the_unpaged_loop(mode
         engine.add_request(str(i), p, sp)
     while engine.has_unfinished():
         engine.step()
-    got = [engine.take_output(str(i)).token_ids for i in range(len(ps))]
+    got = [engine.take_output(str(i)).outputs[0].token_ids for i in range(len(ps))]
     assert got == [unpaged_generate(model, p, sp.max_tokens) for p, sp in zip(ps, params)]
     replayed = {r.cuda_graph_batch for r in engine.trace if r.cuda_graph_batch}
     assert replayed >= {8, 4, 2, 1}                            # padded batches, several rungs

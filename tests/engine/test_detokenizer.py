@@ -69,7 +69,7 @@ def test_streaming_2000_tokens_decodes_linear_work():
     events = []
     while engine.has_unfinished():
         events += engine.step()
-    out = engine.take_output("long")
+    out = engine.take_output("long").outputs[0]
     assert len(out.token_ids) == 2000
     assert "".join(e.text_delta for e in events) == out.text == tok.tok.decode(out.token_ids, skip_special_tokens=True)
     # two short decodes per token (random bytes often leave a character open, so windows are a few

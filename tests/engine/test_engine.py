@@ -54,9 +54,10 @@ def test_n_samples_share_prompt_blocks_until_they_diverge(model):
     tails = {state.tables[name][2] for name in ids}
     assert len(tails) == 4 and all(state.blocks[b].ref_count == 1 for b in tails)
     drain(engine)
-    outs = [engine.take_output(name) for name in ids]
-    assert all(len(o.token_ids) == 6 for o in outs)
-    assert len({tuple(o.token_ids) for o in outs}) > 1     # they did diverge
+    out = engine.take_output("r")                 # one output: the request's four completions
+    assert [c.index for c in out.outputs] == [0, 1, 2, 3] and out.prompt_token_ids == prompt
+    assert all(len(c.token_ids) == 6 for c in out.outputs)
+    assert len({tuple(c.token_ids) for c in out.outputs}) > 1     # they did diverge
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
 
 
@@ -66,7 +67,7 @@ def test_greedy_n_samples_all_match_the_reference(model):
     engine.add_request("g", prompt, SamplingParams(temperature=0.0, n=3, max_tokens=9))
     drain(engine)
     want = unpaged_generate(model, prompt, 9)
-    assert [engine.take_output(f"g:{i}").token_ids for i in range(3)] == [want] * 3
+    assert [c.token_ids for c in engine.take_output("g").outputs] == [want] * 3
 
 
 def sampled_tokens(model, companions: int, seed: int) -> list[int]:
@@ -76,7 +77,7 @@ def sampled_tokens(model, companions: int, seed: int) -> list[int]:
     engine.add_request("me", list(range(100, 140)),
                        SamplingParams(temperature=0.9, top_k=50, top_p=0.9, max_tokens=12, seed=seed, ignore_eos=True))
     drain(engine)
-    return engine.take_output("me").token_ids
+    return engine.take_output("me").outputs[0].token_ids
 
 
 def test_seeded_sampling_is_reproducible_whatever_shares_the_batch(model):
@@ -103,7 +104,7 @@ def test_abort_frees_every_block_wherever_the_request_is(model, mode):
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
     swap_blocks = engine.config.swap_space_blocks if mode == "swap" else 0
     assert not engine.block_manager.swapped and len(engine.block_manager.swap_free) == swap_blocks
-    assert engine.take_output("0").finish_reason == "abort"
+    assert engine.take_output("0").outputs[0].finish_reason == "abort"
 
 
 def test_streaming_events_text_and_metrics(model):
@@ -111,12 +112,13 @@ def test_streaming_events_text_and_metrics(model):
     engine.add_request("s", "hello paged world", SamplingParams(temperature=0.0, max_tokens=7))
     events = [e for e in drain(engine) if e.request_id == "s"]
     out = engine.take_output("s")
-    assert [e.token_id for e in events] == out.token_ids
+    completion = out.outputs[0]
+    assert [e.token_id for e in events] == completion.token_ids
     assert events[-1].finished and not any(e.finished for e in events[:-1])
-    assert "".join(e.text_delta for e in events) == out.text
+    assert "".join(e.text_delta for e in events) == completion.text
     m = out.metrics
-    assert 0 < m.ttft_s <= m.e2e_s and len(m.itl_s) == len(out.token_ids) - 1 and all(x >= 0 for x in m.itl_s)
-    assert out.prompt == "hello paged world"
+    assert 0 < m.ttft_s <= m.e2e_s and len(m.itl_s) == len(completion.token_ids) - 1 and all(x >= 0 for x in m.itl_s)
+    assert out.prompt == "hello paged world" and out.finished
 
 
 def test_stop_string_and_eos_end_a_request(model):
@@ -126,17 +128,17 @@ def test_stop_string_and_eos_end_a_request(model):
     engine = LLMEngine(model, EngineConfig(block_size=16), tokenizer=tok, eos_token_ids={stop_token})
     engine.add_request("e", "abc", SamplingParams(temperature=0.0, max_tokens=12))
     drain(engine)
-    out = engine.take_output("e")
+    out = engine.take_output("e").outputs[0]
     first = free_run.index(stop_token)
-    assert out.finish_reason == "stop" and out.token_ids == free_run[:first + 1]
+    assert out.finish_reason == "stop" and out.stop_reason is None and out.token_ids == free_run[:first + 1]
 
     text = tok.decode(free_run[:6])
     stop = text[-2:]
     engine = LLMEngine(model, EngineConfig(block_size=16), tokenizer=tok, eos_token_ids=())
     engine.add_request("s", "abc", SamplingParams(temperature=0.0, max_tokens=12, stop=[stop]))
     drain(engine)
-    out = engine.take_output("s")
-    assert out.finish_reason == "stop" and stop not in out.text and len(out.token_ids) <= 6
+    out = engine.take_output("s").outputs[0]
+    assert out.finish_reason == "stop" and out.stop_reason == stop and stop not in out.text and len(out.token_ids) <= 6
 
 
 def test_requests_that_can_never_fit_are_refused(model):
@@ -187,7 +189,7 @@ def test_rejected_draft_tokens_roll_back(model):
     engine = LLMEngine(model, EngineConfig(block_size=4), scheduler_cls=GuessingScheduler)
     engine.add_request("s", prompt, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))
     drain(engine)
-    assert engine.take_output("s").token_ids == want[:20]
+    assert engine.take_output("s").outputs[0].token_ids == want[:20]
     verify = [e for r in engine.trace for e in r.entries if e.kind == "verify"]
     assert verify and all(e.num_draft_tokens for e in verify)
     assert len(verify) < 19                                   # some steps kept several tokens
@@ -198,7 +200,7 @@ def test_rejected_draft_tokens_roll_back(model):
     GuessingScheduler.continuation = engine2_want
     engine.add_request("t", longer, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
     drain(engine)
-    assert engine.take_output("t").token_ids == engine2_want
+    assert engine.take_output("t").outputs[0].token_ids == engine2_want
     assert any(e.num_cached_tokens >= 40 for r in engine.trace for e in r.entries if e.request_id == "t")
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
 
@@ -213,7 +215,9 @@ def test_seeded_outputs_are_pinned(model):
                                                                    seed=1234, n=3, ignore_eos=True))
     drain(engine)
     assert sum(len(r.preempted) for r in engine.trace) == 1
-    assert {k: engine.take_output(k).token_ids for k in ["me:0", "me:1", "me:2", "other0", "other1", "other2"]} == {
+    me = [c.token_ids for c in engine.take_output("me").outputs]
+    assert {**{f"me:{i}": t for i, t in enumerate(me)},
+            **{k: engine.take_output(k).outputs[0].token_ids for k in ["other0", "other1", "other2"]}} == {
         "me:0": [18, 83, 66, 87, 18, 186, 18, 104, 161, 74, 200, 121],
         "me:1": [65, 83, 237, 126, 209, 82, 132, 239, 193, 124, 13, 225],
         "me:2": [26, 26, 132, 210, 115, 48, 44, 186, 119, 226, 9, 106],

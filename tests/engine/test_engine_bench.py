@@ -62,7 +62,7 @@ def test_serve_workload_reports_the_outputs_metrics_and_a_cancel_frees_every_blo
     workload = make_workload("chatbot", 6, 0.05, model.config.vocab_size, seed=3)
     engine = LLMEngine(model, cfg)
     run = serve_workload(engine, workload)
-    assert [len(o.token_ids) for o in run.outputs] == [r.output_len for r in workload]
+    assert [len(o.outputs[0].token_ids) for o in run.outputs] == [r.output_len for r in workload]
     ttfts = sorted(o.metrics.ttft_s * 1e3 for o in run.outputs)
     assert run.metrics["ttft_ms"]["p50"] == round((ttfts[2] + ttfts[3]) / 2, 3)     # six values: the middle two
     assert run.metrics["steps"] == engine.trace.num_steps and run.metrics["all_blocks_free_at_end"]

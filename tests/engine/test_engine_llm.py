@@ -19,7 +19,7 @@ def random_llm():
 def test_concurrent_streams_match_one_at_a_time_generation(random_llm):
     prompts = ["a b c d e f g", "hello there, paged attention", "x" * 40]
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
-    alone = [random_llm.generate(p, params)[0].token_ids for p in prompts]
+    alone = [random_llm.generate(p, params)[0].outputs[0].token_ids for p in prompts]
     start = random_llm.engine.trace.num_steps
     got: dict[int, list[int]] = {}
     threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, [e.token_id for e in random_llm.stream(prompts[i], params)]))
@@ -37,7 +37,7 @@ def test_concurrent_streams_match_one_at_a_time_generation(random_llm):
 def test_generate_batches_prompts_and_keeps_their_order(random_llm):
     prompts = ["one", "two two", "three three three"]
     outs = random_llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
-    assert [o.prompt for o in outs] == prompts and all(len(o.token_ids) == 4 for o in outs)
+    assert [o.prompt for o in outs] == prompts and all(len(o.outputs[0].token_ids) == 4 for o in outs)
     assert all(o.metrics.ttft_s > 0 and len(o.metrics.itl_s) == 3 for o in outs)
 
 
@@ -53,14 +53,14 @@ def test_stream_takes_token_ids_as_the_exact_prompt(random_llm):
     params = SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)
     ids = random_llm.tokenizer.encode("a b c d e f g").ids
     start = random_llm.num_steps()
-    by_ids = [e.token_id for e in random_llm.stream(ids, params)]
-    assert by_ids == random_llm.generate("a b c d e f g", params)[0].token_ids
+    by_ids = [e.token_id for e in random_llm.stream({"prompt_token_ids": ids}, params)]
+    assert by_ids == random_llm.generate("a b c d e f g", params)[0].outputs[0].token_ids
     prefill = [e for r in random_llm.trace_since(start) for e in r.entries if e.kind == "prefill"][0]
     assert prefill.num_tokens + prefill.num_cached_tokens == len(ids)
-    with pytest.raises(ValueError):
-        next(random_llm.stream([random_llm.config.vocab_size], params))
-    with pytest.raises(ValueError):
-        next(random_llm.stream(ids, params, chat=True))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        next(random_llm.stream({"prompt_token_ids": [random_llm.config.vocab_size]}, params))
+    with pytest.raises(TypeError, match="chat=True"):
+        next(random_llm.stream({"prompt_token_ids": ids}, params, chat=True))
 
 
 def test_sandbox_shares_the_weights_and_nothing_else(random_llm):
@@ -79,7 +79,7 @@ def test_sandbox_shares_the_weights_and_nothing_else(random_llm):
     while box.has_unfinished():
         tokens += [e.token_id for e in box.step()]
     assert len(tokens) == 5 and box.num_free_blocks() == 8             # finished: its blocks are back
-    assert box.take_output("mine").token_ids == [e.token_id for e in random_llm.stream(ids, params)]   # same model, same tokens
+    assert box.take_output("mine").outputs[0].token_ids == [e.token_id for e in random_llm.stream({"prompt_token_ids": ids}, params)]   # same model, same tokens
     assert box.trace.num_steps == 5                                    # its own trace: 1 prefill + 4 decodes
 
 

@@ -55,19 +55,18 @@ def test_stopping_early_aborts_and_frees_blocks(loop):
 
 
 def test_generate_returns_outputs_in_prompt_order_with_n_samples(loop):
-    outs = loop.generate([(list(range(30)), "a"), (list(range(50, 60)), "b")],
-                         SamplingParams(temperature=1.0, n=2, max_tokens=5, seed=3))
-    assert [o.request_id.split(":")[1] for o in outs] == ["0", "1", "0", "1"]
-    assert [o.prompt for o in outs] == ["a", "a", "b", "b"]
-    assert all(len(o.token_ids) == 5 and o.metrics.ttft_s > 0 for o in outs)
+    params = SamplingParams(temperature=1.0, n=2, max_tokens=5, seed=3, ignore_eos=True)
+    outs = loop.generate([(list(range(30)), "a", params), (list(range(50, 60)), "b", params)])
+    assert [o.prompt for o in outs] == ["a", "b"] and [[c.index for c in o.outputs] for o in outs] == [[0, 1]] * 2
+    assert all(len(c.token_ids) == 5 for o in outs for c in o.outputs) and all(o.metrics.ttft_s > 0 for o in outs)
     assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
 
 
 def test_a_refused_prompt_in_generate_leaves_nothing_running(loop):
     """The limits are checked as each prompt is added: the ones accepted before the refusal are aborted."""
-    too_long = list(range(loop.engine.max_model_len))
+    too_long = [i % 200 for i in range(loop.engine.max_model_len)]
     with pytest.raises(ValueError, match="exceeds the engine's context"):
-        loop.generate([(list(range(10)), "fits"), (too_long, "does not")], GREEDY)
+        loop.generate([(list(range(10)), "fits", GREEDY), (too_long, "does not", GREEDY)])
     assert loop.read(lambda: not loop.engine.has_unfinished())
     assert loop.engine.num_free_blocks() == loop.engine.block_manager.num_blocks
 

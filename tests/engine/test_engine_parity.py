@@ -59,7 +59,7 @@ def run_engine(model, prompts, **knobs) -> tuple[list[list[int]], LLMEngine]:
         engine.step()
         steps += 1
         assert steps < 5000, "the engine stopped making progress"
-    return [engine.take_output(str(i)).token_ids for i in range(len(prompts))], engine
+    return [engine.take_output(str(i)).outputs[0].token_ids for i in range(len(prompts))], engine
 
 
 @pytest.mark.parametrize("preemption", [None, "recompute", "swap"])
@@ -106,5 +106,5 @@ def test_real_model_greedy_tokens_match_reference():
         engine.add_request(str(i), p, SamplingParams(temperature=0.0, max_tokens=8))
     while engine.has_unfinished():
         engine.step()
-    assert [engine.take_output(str(i)).token_ids for i in range(3)] == want
+    assert [engine.take_output(str(i)).outputs[0].token_ids for i in range(3)] == want
     assert any(r.preempted for r in engine.trace)

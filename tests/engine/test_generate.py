@@ -12,11 +12,13 @@ from engine import SamplingParams
 
 
 def test_instruct_model_answers_paris(llm):
-    out = llm.generate(["What is the capital of France?"], SamplingParams(temperature=0.0, max_tokens=24), chat=True)[0]
-    assert "Paris" in out.text
-    assert out.finish_reason == "stop"           # it ended its turn itself
+    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
+                   SamplingParams(temperature=0.0, max_tokens=24))[0]
+    answer = out.outputs[0]
+    assert "Paris" in answer.text
+    assert answer.finish_reason == "stop" and answer.stop_reason is None     # it ended its turn itself (EOS)
     m = out.metrics
-    assert m.ttft_s > 0 and len(m.itl_s) == len(out.token_ids) - 1 and m.e2e_s >= m.ttft_s
+    assert m.ttft_s > 0 and len(m.itl_s) == len(answer.token_ids) - 1 and m.e2e_s >= m.ttft_s
 
 
 def test_stream_events_add_up_to_the_text(llm):
@@ -28,17 +30,17 @@ def test_stream_events_add_up_to_the_text(llm):
 
 
 def test_stop_string_ends_generation_before_it(llm):
-    full = llm.generate("The capital of France is", SamplingParams(temperature=0.0, max_tokens=12))[0].text
+    full = llm.generate("The capital of France is", SamplingParams(temperature=0.0, max_tokens=12))[0].outputs[0].text
     stop = full.strip().split()[1]           # a word the greedy continuation is known to contain
-    out = llm.generate("The capital of France is", SamplingParams(temperature=0.0, max_tokens=12, stop=[stop]))[0]
-    assert out.finish_reason == "stop" and stop not in out.text and full.startswith(out.text)
+    out = llm.generate("The capital of France is", SamplingParams(temperature=0.0, max_tokens=12, stop=[stop]))[0].outputs[0]
+    assert out.finish_reason == "stop" and out.stop_reason == stop and stop not in out.text and full.startswith(out.text)
 
 
 def test_seeded_sampling_is_reproducible(llm):
     p = SamplingParams(temperature=1.0, top_p=0.9, max_tokens=10, seed=1234, ignore_eos=True)
-    a = llm.generate("Once upon a time", p)[0].token_ids
-    b = llm.generate("Once upon a time", p)[0].token_ids
-    c = llm.generate("Once upon a time", SamplingParams(temperature=1.0, top_p=0.9, max_tokens=10, seed=99, ignore_eos=True))[0].token_ids
+    a = llm.generate("Once upon a time", p)[0].outputs[0].token_ids
+    b = llm.generate("Once upon a time", p)[0].outputs[0].token_ids
+    c = llm.generate("Once upon a time", SamplingParams(temperature=1.0, top_p=0.9, max_tokens=10, seed=99, ignore_eos=True))[0].outputs[0].token_ids
     assert a == b and a != c
 
 
@@ -81,7 +83,7 @@ def test_cli_reads_a_prompt_too_long_for_the_command_line_from_a_file_or_stdin(t
     proc = subprocess.run([sys.executable, "-m", "engine", "generate", "--random-weights", "--device", "cpu",
                            "--max-tokens", "2", "--raw", "--prompt-file", str(path)],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and "prompt (200000 tokens)" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and "prompt is 200000 tokens long" in proc.stderr and "Traceback" not in proc.stderr
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello from stdin"))
     assert read_prompt(build_parser().parse_args(["generate", "--prompt-file", "-"])) == "hello from stdin"
     with pytest.raises(ValueError):                         # one prompt, not two (nor none)

@@ -78,7 +78,8 @@ def test_forked_samples_draw_from_one_row_with_their_own_seeds(model):
     params = SamplingParams(temperature=1.0, n=3, seed=7)
     prompt = list(range(50, 60))
     result = run(runner, SchedulerOutput(scheduled=[ScheduledRequest(
-        4, "r:0", "prefill", prompt, 0, [1, 2, 3], sample=True, sampling_params=params, fork_seq_ids=[8, 9])]))
+        4, "r:0", "prefill", prompt, 0, [1, 2, 3], sample=True, sampling_params=params, fork_seq_ids=[8, 9],
+        seed=params.seed)]))
     assert result.seq_ids == [4, 8, 9]
     # the same row, sampled with seeds 7, 8, 9 (sample i draws with seed + i)
     logits = torch.stack([compute_last_logits(model, prompt)] * 3)
@@ -139,6 +140,8 @@ def test_records_are_plain_data():
     def plain(x):
         if isinstance(x, (list, tuple)):
             return all(plain(v) for v in x)
+        if isinstance(x, dict):
+            return all(plain(k) and plain(v) for k, v in x.items())
         if hasattr(x, "__dataclass_fields__"):
             return all(plain(getattr(x, f)) for f in x.__dataclass_fields__)
         return x is None or isinstance(x, (int, float, str, bool))

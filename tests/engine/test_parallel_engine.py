@@ -129,10 +129,11 @@ def test_a_worker_that_dies_fails_the_request_and_leaves_nothing(run):
         for _ in stream:
             pass
     with pytest.raises(RuntimeError, match="engine stopped"):
-        loop.generate([([1, 2], None)], SamplingParams(max_tokens=2))
+        loop.generate([([1, 2], None, SamplingParams(max_tokens=2))])
     loop.close()
     assert not children(os.getpid()) & set(pids)
     assert not torch.distributed.is_initialized()
+
 
 
 def test_a_dead_worker_ends_the_others_at_once_and_the_next_step_names_it(one_torch_thread):
@@ -173,7 +174,7 @@ def test_generate_pp2_starts_its_workers_and_prints_the_single_process_text(llm,
     """The real model through `python -m engine generate --pp 2`: two processes, the same greedy text."""
     from engine import cli
     prompt = "The capital of France is"
-    want = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=8))[0].text
+    want = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=8))[0].outputs[0].text
     before = children(os.getpid())
     assert cli.main(["generate", "--pp", "2", "--raw", "--stats", "--max-tokens", "8", "--device", "cpu", prompt]) == 0
     out = capsys.readouterr()

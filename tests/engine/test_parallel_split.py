@@ -138,7 +138,7 @@ def test_a_world_of_one_runs_the_distributed_path_in_this_process(one_torch_thre
             engine.add_request(f"r{i}", p, SamplingParams(temperature=0.0, max_tokens=6))
         while engine.has_unfinished():
             engine.step()
-        return [engine.take_output(f"r{i}").token_ids for i in range(len(PROMPTS))]
+        return [engine.take_output(f"r{i}").outputs[0].token_ids for i in range(len(PROMPTS))]
 
     cfg = EngineConfig(device="cpu", num_kv_blocks=64, max_num_batched_tokens=32)
     want = greedy(LLMEngine(tiny3(), cfg))

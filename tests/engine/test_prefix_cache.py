@@ -27,7 +27,7 @@ def run(engine: LLMEngine, request_id: str, prompt: list[int]) -> list[int]:
     engine.add_request(request_id, prompt, GREEDY)
     while engine.has_unfinished():
         engine.step()
-    return engine.take_output(request_id).token_ids
+    return engine.take_output(request_id).outputs[0].token_ids
 
 
 @pytest.mark.parametrize("chunked", [True, False])

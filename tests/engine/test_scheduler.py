@@ -36,7 +36,7 @@ def test_budget_and_max_num_seqs_hold_every_step(model):
     for r in engine.trace:
         assert r.num_batched_tokens == sum(e.num_tokens for e in r.entries) <= 50
         assert r.num_running <= 3 and len(r.entries) <= 3
-    assert all(len(engine.take_output(str(i)).token_ids) == 5 + i for i in range(7))
+    assert all(len(engine.take_output(str(i)).outputs[0].token_ids) == 5 + i for i in range(7))
 
 
 def test_long_prompt_is_chunked_while_running_requests_keep_decoding(model):
@@ -74,7 +74,7 @@ def test_static_batching_admits_only_into_an_empty_batch_and_holds_finished_requ
         engine.add_request(str(i), list(range(i, i + 10)), params(n))
     drain(engine)
     outs = [engine.take_output(str(i)) for i in range(5)]
-    assert [len(o.token_ids) for o in outs] == lengths       # padding tokens never reach the output
+    assert [len(o.outputs[0].token_ids) for o in outs] == lengths       # padding tokens never reach the output
     first_batch, second_batch = outs[:3], outs[3:]
     # no early exit: everyone in a batch is released when its longest member is done
     assert len({o.metrics.finished_s for o in first_batch}) == 1
@@ -125,6 +125,6 @@ def test_static_batch_fills_every_seat_before_it_decodes(model):
         e.padding == (e.kind == "decode" and e.num_computed_before >= len(prompts[int(e.request_id)]) + lengths[int(e.request_id)] - 1)
         for r in batch for e in r.entries)
     outs = [engine.take_output(str(i)) for i in range(6)]
-    assert [len(o.token_ids) for o in outs] == lengths
+    assert [len(o.outputs[0].token_ids) for o in outs] == lengths
     assert len({o.metrics.finished_s for o in outs[:seats]}) == 1
     assert engine.num_free_blocks() == engine.block_manager.num_blocks

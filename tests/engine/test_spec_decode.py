@@ -78,7 +78,7 @@ def test_greedy_single_request_is_token_identical(model, draft, method, k):
         engine = engine_for(model, draft, method, k)
         engine.add_request("r", prompt, SamplingParams(max_tokens=24, **GREEDY))
         drain(engine)
-        assert engine.take_output("r").token_ids == want
+        assert engine.take_output("r").outputs[0].token_ids == want
         assert engine.spec_stats.num_verify_passes > 0
         assert_no_leak(engine)
 
@@ -100,8 +100,8 @@ def test_greedy_mixed_batch_is_token_identical(model, draft, method, k):
     drain(engine)
     for name, (prompt, _) in greedy.items():
         n = 12 if name == "late-long" else 20
-        assert engine.take_output(name).token_ids == unpaged_generate(model, prompt, n), name
-    assert len(engine.take_output("sampled").token_ids) == 16
+        assert engine.take_output(name).outputs[0].token_ids == unpaged_generate(model, prompt, n), name
+    assert len(engine.take_output("sampled").outputs[0].token_ids) == 16
     steps = list(engine.trace)
     kinds = {(e.request_id, e.kind) for r in steps for e in r.entries}
     assert ("plain", "verify") not in kinds                               # it never speculated ...
@@ -116,7 +116,7 @@ def run_outputs(engine: LLMEngine, requests: dict) -> dict[str, list[int]]:
     for name, (prompt, params) in requests.items():
         engine.add_request(name, prompt, params)
     drain(engine)
-    return {name: engine.take_output(name).token_ids for name in requests}
+    return {name: engine.take_output(name).outputs[0].token_ids for name in requests}
 
 
 @pytest.mark.parametrize("method", PROPOSERS)
@@ -159,7 +159,7 @@ def test_early_exit_and_eos_inside_accepted_drafts(model, draft):
         engine = engine_for(model, draft, method, 6, eos_token_ids={eos})
         engine.add_request("e", prompt, SamplingParams(temperature=0.0, max_tokens=24))
         drain(engine)
-        out = engine.take_output("e")
+        out = engine.take_output("e").outputs[0]
         assert out.token_ids == expected and out.finish_reason == "stop"
         assert_no_leak(engine)
 
@@ -180,8 +180,8 @@ def test_abort_mid_verification_frees_everything(model, draft):
         engine.abort("gone")
         engine.process_output(sched, result)
         drain(engine)
-        assert engine.take_output("stays").token_ids == unpaged_generate(model, PROMPTS[2], 12)
-        assert engine.take_output("gone").finish_reason == "abort"
+        assert engine.take_output("stays").outputs[0].token_ids == unpaged_generate(model, PROMPTS[2], 12)
+        assert engine.take_output("gone").outputs[0].finish_reason == "abort"
         assert_no_leak(engine)
 
 
@@ -196,7 +196,7 @@ def test_rollback_caches_verified_tokens_only(model, draft):
         if seq is not None:     # between steps a sequence holds no block beyond what its tokens need
             assert len(engine.block_manager.block_ids(0)) <= -(-seq.num_tokens // 4)
     assert any(r.blocks_freed for r in list(engine.trace)[:-1])      # rejected lookahead blocks came back
-    final = PROMPTS[1] + engine.take_output("r").token_ids
+    final = PROMPTS[1] + engine.take_output("r").outputs[0].token_ids
     hits = engine.block_manager.find_cached_prefix(final + [0])
     assert hits.num_tokens == ((len(final) - 1) // 4) * 4         # the last token was sampled, never computed
     assert len(engine.block_manager.pool.cached) == len(hits.block_ids)
@@ -214,7 +214,7 @@ def test_trace_and_statistics_agree(model, draft):
     assert sum(r.num_accepted_tokens for r in engine.trace) == engine.spec_stats.num_accepted
     for name in "gs":
         out = engine.take_output(name)
-        assert out.metrics.spec.num_tokens == len(out.token_ids) == 20
+        assert out.metrics.spec.num_tokens == len(out.outputs[0].token_ids) == 20
     sampled = [e.verified for _, e in verify if e.request_id == "s"]
     assert all(v.draft_probs is not None and len(v.target_probs) == v.num_drafts and 0 < v.final_prob <= 1
                for v in sampled)
@@ -234,7 +234,7 @@ def test_closed_form_meets_the_engines_statistics(model, a, k):
         engine.add_request(str(i), list(p), SamplingParams(max_tokens=160, **GREEDY))
     drain(engine)
     for i, p in enumerate(prompts):
-        assert engine.take_output(str(i)).token_ids == continuations[p]
+        assert engine.take_output(str(i)).outputs[0].token_ids == continuations[p]
     s = engine.spec_stats
     # the last passes of a request draft fewer than k (max_tokens): the closed form pass by pass
     ks = [e.num_draft_tokens for r in engine.trace for e in r.entries if e.kind == "verify"]
@@ -323,10 +323,11 @@ def test_a_draft_model_cache_follows_copy_on_write(model, draft):
     engine.add_request("n", prompt, SamplingParams(n=3, max_tokens=16, **GREEDY))
     drain(engine)
     assert any(r.blocks_copied for r in engine.trace)
-    for i in range(3):
-        out = engine.take_output(f"n:{i}")
-        assert out.token_ids == one.token_ids == unpaged_generate(model, prompt, 16)
-        assert out.metrics.spec.accepted_histogram == one.metrics.spec.accepted_histogram
+    out = engine.take_output("n")
+    for completion in out.outputs:
+        assert completion.token_ids == one.outputs[0].token_ids == unpaged_generate(model, prompt, 16)
+    # the request's statistics count its three completions' passes: three times the lone request's
+    assert out.metrics.spec.accepted_histogram == [3 * x for x in one.metrics.spec.accepted_histogram]
     assert one.metrics.spec.num_accepted > 0
     assert_no_leak(engine)
 

@@ -42,7 +42,7 @@ def test_trace_accounts_for_every_token_and_block():
             assert cur.num_computed_before == prev.num_computed_before + prev.num_tokens or \
                 (name in preempted and cur.num_computed_before == cur.num_cached_tokens)
         # K/V for the prompt and every generated token but the last (it is never fed back)
-        needed = len(p) + len(out.token_ids) - 1 - entries[0].num_cached_tokens
+        needed = len(p) + len(out.outputs[0].token_ids) - 1 - entries[0].num_cached_tokens
         total = sum(e.num_tokens for e in entries)
         assert total == needed if name not in preempted else total >= needed
     assert any(r.preempted for r in records)

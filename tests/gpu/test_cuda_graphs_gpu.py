@@ -40,7 +40,7 @@ def run(engine: LLMEngine, prompts, params) -> list[list[int]]:
         engine.add_request(str(i), p, sp)
     while engine.has_unfinished():
         engine.step()
-    return [engine.take_output(str(i)).token_ids for i in range(len(prompts))]
+    return [engine.take_output(str(i)).outputs[0].token_ids for i in range(len(prompts))]
 
 
 def small_prompts(n=16, seed=0):

@@ -37,7 +37,7 @@ def test_greedy_parity_on_cuda_with_chunking_prefix_cache_and_preemption(preempt
         engine.add_request(str(i), p, SamplingParams(temperature=0.0, max_tokens=16))
     while engine.has_unfinished():
         engine.step()
-    assert [engine.take_output(str(i)).token_ids for i in range(16)] == want
+    assert [engine.take_output(str(i)).outputs[0].token_ids for i in range(16)] == want
     assert any(r.preempted for r in engine.trace) and any(r.prefix_hit_tokens for r in engine.trace)
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
 
@@ -49,7 +49,7 @@ def test_bf16_real_shapes_run_and_free_everything():
         engine.add_request(str(i), list(range(100 + 50 * i)), SamplingParams(temperature=0.8, top_p=0.9, max_tokens=32, seed=i))
     while engine.has_unfinished():
         engine.step()
-    assert all(len(engine.take_output(str(i)).token_ids) >= 1 for i in range(8))
+    assert all(len(engine.take_output(str(i)).outputs[0].token_ids) >= 1 for i in range(8))
     assert engine.num_free_blocks() == engine.block_manager.num_blocks
 
 
@@ -74,4 +74,4 @@ def test_kv_cache_is_sized_from_measured_free_memory():
     engine.add_request("a", list(range(300)), SamplingParams(temperature=0.0, max_tokens=8))
     while engine.has_unfinished():
         engine.step()
-    assert len(engine.take_output("a").token_ids) == 8
+    assert len(engine.take_output("a").outputs[0].token_ids) == 8

@@ -32,7 +32,7 @@ def greedy(engine, prompts, max_tokens=24):
         engine.add_request(f"r{i}", p, params)
     while engine.has_unfinished():
         engine.step()
-    return [engine.take_output(f"r{i}").token_ids for i in range(len(prompts))]
+    return [engine.take_output(f"r{i}").outputs[0].token_ids for i in range(len(prompts))]
 
 
 def test_nccl_world_of_one_gives_the_plain_engines_tokens_and_counts_an_all_reduce():

@@ -29,7 +29,7 @@ def test_sandbox_on_gpu_shares_weights_and_matches_the_shared_engine(random_llm)
     tokens = []
     while box.has_unfinished():
         tokens += [e.token_id for e in box.step()]
-    assert tokens == [e.token_id for e in random_llm.stream(ids, params)]
+    assert tokens == [e.token_id for e in random_llm.stream({"prompt_token_ids": ids}, params)]
     assert box.num_free_blocks() == 8
 
 

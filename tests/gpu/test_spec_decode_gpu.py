@@ -66,7 +66,7 @@ def run(engine: LLMEngine) -> dict[str, list[int]]:
     while engine.has_unfinished():
         engine.step()
     assert engine.num_free_blocks() == engine.block_manager.num_blocks and not engine.block_manager.tables
-    return {name: engine.take_output(name).token_ids for name in workload()}
+    return {name: engine.take_output(name).outputs[0].token_ids for name in workload()}
 
 
 KNOBS = dict(block_size=16, num_kv_blocks=64, max_num_batched_tokens=48)

@@ -23,8 +23,8 @@ def test_saved_example_is_fresh(llm):
 
 
 def test_the_view_is_the_engines_latest_step_with_this_readers_request_marked(llm):
-    long = llm.stream(list(range(100, 140)), SamplingParams(temperature=0.0, max_tokens=300, ignore_eos=True))
-    other = llm.stream(list(range(200, 230)), SamplingParams(temperature=0.0, max_tokens=300, ignore_eos=True))
+    long = llm.stream({"prompt_token_ids": list(range(100, 140))}, SamplingParams(temperature=0.0, max_tokens=300, ignore_eos=True))
+    other = llm.stream({"prompt_token_ids": list(range(200, 230))}, SamplingParams(temperature=0.0, max_tokens=300, ignore_eos=True))
     mine_id = next(long).request_id
     next(other)
     try:

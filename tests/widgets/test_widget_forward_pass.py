@@ -65,7 +65,7 @@ def test_the_logit_lens_ends_at_the_models_logits(llm, ins):
     rows = logit_lens(ins, n - 1)
     assert rows[-1].answer_rank == 1 and rows[-1].top[0][0] == int(ins.logits[-1].argmax())
     # the lens's last row is what the serving engine writes: its greedy first token
-    out = llm.generate(TEXT, SamplingParams(temperature=0.0, max_tokens=1))[0]
+    out = llm.generate(TEXT, SamplingParams(temperature=0.0, max_tokens=1))[0].outputs[0]
     assert out.token_ids[0] == rows[-1].top[0][0] and llm.tokenizer.decode(out.token_ids) == " Paris"
     # layer 0 is the embedding itself: with tied weights a token's own row scores highest
     assert rows[0].top[0][0] == ins.token_ids[-1]

@@ -96,7 +96,7 @@ def test_seeded_draws_are_reproducible_and_the_first_is_the_engines_first_token(
     assert not torch.equal(draw(probs, 1000, 7), draw(probs, 1000, 8))
     for seed in (0, 1, 2):
         s = shape(llm, logits, SamplingParams(), n=100, seed=seed)
-        out = llm.generate(PROMPT, SamplingParams(seed=seed, max_tokens=1))[0]
+        out = llm.generate(PROMPT, SamplingParams(seed=seed, max_tokens=1))[0].outputs[0]
         assert out.token_ids[0] == s.first_draw
 
 
@@ -133,7 +133,7 @@ def test_the_widget_reshapes_live_and_writes_both_continuations(llm, one_torch_t
     assert "Seed is 0–2147483647" in w.notes.object
     w._continue()
     assert w.jobs.wait_idle(120)
-    greedy = llm.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=24))[0]
+    greedy = llm.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=24))[0].outputs[0]
     assert 'data-kind="greedy"' in w._conts.object
     assert "".join(re.findall(r'title="token id (\d+)"', w._conts.object.split('data-kind="sampled"')[0])) == \
         "".join(map(str, greedy.token_ids))

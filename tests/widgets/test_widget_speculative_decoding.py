@@ -17,7 +17,8 @@ PROMPT = "Write a short poem that uses this sentence twice: The quick brown fox 
 
 
 def plain_tokens(llm, prompt: str, max_tokens: int) -> list[int]:
-    return llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens), chat=True)[0].token_ids
+    return llm.generate(llm.format_prompt(prompt, chat=True),
+                        SamplingParams(temperature=0.0, max_tokens=max_tokens))[0].outputs[0].token_ids
 
 
 @pytest.mark.parametrize("method,k", [("ngram", 4), ("early_exit", 3), ("draft_model", 2)])

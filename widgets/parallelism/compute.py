@@ -105,7 +105,8 @@ def run_split(llm, prompt: str, mode: str, size: int, max_tokens: int = 16, prog
     finally:
         parallel.close()
     hidden, value_bytes = llm.config.hidden_size, 4           # float32 on the CPU
-    single = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens), chat=True)[0]
+    single = llm.generate(llm.format_prompt(prompt, chat=True),
+                          SamplingParams(temperature=0.0, max_tokens=max_tokens))[0].outputs[0]
     steps = [summarize_step(r, hidden, value_bytes) for r in trace if r.parallel is not None]
     return {"mode": mode, "size": size, "tp": tp, "pp": pp, "prompt": prompt, "max_tokens": max_tokens,
             "text": text, "tokens": tokens, "single_text": single.text, "same_text": text == single.text,

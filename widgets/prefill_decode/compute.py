@@ -41,7 +41,8 @@ def measure_one(llm, ids: list[int], new_tokens: int = NEW_TOKENS, check=lambda:
     from engine import SamplingParams
     start, times, request_id = llm.num_steps(), [], None
     t0 = time.perf_counter()
-    stream = llm.stream(ids, SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True))
+    stream = llm.stream({"prompt_token_ids": ids},
+                        SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True))
     try:
         for ev in stream:
             times.append(time.perf_counter())

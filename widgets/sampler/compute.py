@@ -108,7 +108,7 @@ def continuations(llm, prompt: str, params: SamplingParams, max_tokens: int) -> 
                              min_p=params.min_p, seed=params.seed, max_tokens=max_tokens)
     out = {}
     for name, p in (("greedy", greedy), ("sampled", sampled)):
-        out[name] = llm.generate(prompt, p)[0].token_ids
+        out[name] = llm.generate(prompt, p)[0].outputs[0].token_ids
     return out
 
 
