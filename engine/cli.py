@@ -6,13 +6,15 @@
     python -m engine generate --pp 2 --stats "Hello"               # pipeline parallel: 2 stages
     python -m engine info                                          # shapes, parameters, KV bytes per token
     python -m engine generate --speculative-method ngram --num-speculative-tokens 4 "Repeat: ..."
-    python -m engine bench kernels | serve-sim | throughput | latency | parallel | spec [options]   # JSON on stdout
+    python -m engine bench kernels | serve-sim | throughput | latency | prefill | parallel | spec [options]   # JSON
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+
+from .config import RANDOM_SHAPES
 
 BENCHES = {   # name -> (what it measures, the module whose main(argv) runs it)
     "kernels": ("paged-attention kernels vs the bandwidth limit and SDPA (needs a GPU for real numbers)",
@@ -24,6 +26,8 @@ BENCHES = {   # name -> (what it measures, the module whose main(argv) runs it)
                    "engine.bench.throughput"),
     "latency": ("TTFT and inter-token latency at batch 1, 8, 64 vs Hugging Face eager and compiled (GPU)",
                 "engine.bench.latency"),
+    "prefill": ("time to first token vs prompt length 128 ... 16k, beside the computed FLOP and byte floors (GPU)",
+                "engine.bench.prefill"),
     "parallel": ("tensor/pipeline parallel sizes against one process: throughput, latency, communication",
                  "engine.bench.parallel"),
     "spec": ("speculative decoding: plain vs n-gram / early-exit / draft-model proposers, per prompt kind",
@@ -37,10 +41,13 @@ SPEC_FLAGS = {   # speculative_config field -> its command-line flag
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="a local Llama GGUF file or Hugging Face folder (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, help="a local Llama GGUF file or Hugging Face folder, or a name: "
+                   f"{', '.join(RANDOM_SHAPES)} (those shapes, random values) "
+                   "(default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 (default: float32 on CPU, bfloat16 on CUDA)")
-    p.add_argument("--random-weights", action="store_true", help="same shapes, random values (for speed tests)")
+    p.add_argument("--random-weights", action="store_true", help="the --model's shapes (SmolLM2's without one), "
+                   "random values (for speed tests)")
     p.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output the engine accepts (default: the model's context, or what the KV cache holds)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9,

@@ -32,13 +32,42 @@ class ModelConfig:
         """K and V, for every layer and KV head: 2 x layers x kv_heads x head_dim x bytes."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_value
 
+    def matmul_parameters(self) -> int:
+        """Weights one token multiplies through in the layers: q, k, v, o and the three MLP matrices."""
+        attention = self.hidden_size * self.head_dim * (2 * self.num_heads + 2 * self.num_kv_heads)
+        return self.num_layers * (attention + 3 * self.hidden_size * self.intermediate_size)
+
+    def num_parameters(self) -> int:
+        """Every weight: embedding, the layers' matrices and norms, the final norm, an untied LM head."""
+        embedding = self.vocab_size * self.hidden_size
+        norms = (2 * self.num_layers + 1) * self.hidden_size
+        head = 0 if self.tie_word_embeddings else embedding
+        return embedding + self.matmul_parameters() + norms + head
+
+
+# --model NAME: public shapes built with random values (no file, no download), for speed measurements.
+# The numbers are Gaussian noise, the text gibberish; the work per token is the real model's. Llama 3.2's
+# "llama3" RoPE scaling past 8,192 positions is not modelled: plain RoPE at every position costs the same.
+RANDOM_SHAPES: dict[str, ModelConfig] = {
+    "smollm2-random": ModelConfig(),
+    "llama-3.2-1b-random": ModelConfig(
+        num_layers=16, hidden_size=2048, num_heads=32, num_kv_heads=8, head_dim=64, intermediate_size=8192,
+        vocab_size=128256, rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
+        bos_token_id=128000, eos_token_id=128001, name="Llama-3.2-1B"),
+    "llama-3-8b-random": ModelConfig(
+        num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+        vocab_size=128256, rope_theta=500000.0, max_position_embeddings=8192, tie_word_embeddings=False,
+        bos_token_id=128000, eos_token_id=128001, name="Llama-3-8B"),
+}
+
 
 @dataclass(slots=True)
 class EngineConfig:
-    model: str | None = None            # None = the embedded default (SmolLM2-135M-Instruct)
+    model: str | None = None            # None = the embedded default (SmolLM2-135M-Instruct); a GGUF file or
+    #                                     Hugging Face folder; or a name in RANDOM_SHAPES (random values)
     device: str = "auto"                # "auto" | "cpu" | "cuda"
     dtype: str | None = None            # None = float32 on CPU, bfloat16 on CUDA
-    random_weights: bool = False        # same shapes, random values: for GPU benchmarks
+    random_weights: bool = False        # the model's shapes with random values: for GPU benchmarks
     seed: int = 0
     block_size: int = 16
     num_kv_blocks: int | None = None    # either a block count ...

@@ -8,6 +8,8 @@ benchmark on a real GPU and saved here as data, with what is needed to trust and
     {"name": "kernels", "device": "NVIDIA H200", "date": "2026-11-26", "commit": "9adadac...",
      "command": "python -m engine bench kernels", "software": {"torch": "2.11.0+cu130", ...},
      "results": {...}}                       # whatever that benchmark prints
+    (the model benchmarks add "model": {"name", "weights", "dtype", "parameters", "shape": {...}}, and
+     name the file after a model other than SmolLM2: latency-llama-3-8b.json)
 
 `load_recorded(name)` reads one (None when it was never recorded); `save_recorded(...)` writes one
 (the GPU benchmarks call it when run with `--record`). A widget labels every such figure
@@ -51,12 +53,14 @@ def _git_commit() -> str:
 
 
 def save_recorded(name: str, device: str, command: str, results: dict, software: dict | None = None,
-                  date: str | None = None, commit: str | None = None) -> Path:
+                  date: str | None = None, commit: str | None = None, model: dict | None = None) -> Path:
     """Write engine/bench/data/NAME.json (pretty, stable key order) and return its path."""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     payload = {"name": name, "device": device, "date": date or _dt.date.today().isoformat(),
-               "commit": commit or _git_commit(), "command": command, "software": software or {},
-               "results": results}
+               "commit": commit or _git_commit(), "command": command}
+    if model is not None:
+        payload["model"] = model
+    payload |= {"software": software or {}, "results": results}
     path = DATA_DIR / f"{name}.json"
     path.write_text(json.dumps(payload, indent=1) + "\n")
     return path

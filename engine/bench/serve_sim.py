@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..config import EngineConfig, ModelConfig
+from ..config import RANDOM_SHAPES, EngineConfig, ModelConfig
 from ..llm_engine import LLMEngine
 from ..model.llama import Llama
 from ..outputs import RequestOutput
@@ -184,15 +184,14 @@ def run_once(model: Llama, cfg: EngineConfig, workload: list[SimRequest], static
 
 
 def load_model(name: str, device: str, dtype: str | None, seed: int) -> tuple[Llama, str]:
-    """'tiny' (random, small shapes), 'smollm2-random' (real shapes, random values), or a real model."""
+    """'tiny' (random, small shapes), a RANDOM_SHAPES name (real shapes, random values), or a real model."""
     if name == "tiny":
         dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device))
         return Llama.random(TINY, seed=seed).to(dev).eval(), "random"
     from ..loader import model_loader    # loads weights (or builds random ones) the way LLM() does
-    model = model_loader.load_model(EngineConfig(model=None if name in ("default", "smollm2-random") else name,
-                                                 device=device, dtype=dtype, random_weights=name == "smollm2-random",
-                                                 seed=seed)).model
-    return model, "random" if name == "smollm2-random" else "real"
+    model = model_loader.load_model(EngineConfig(model=None if name == "default" else name,
+                                                 device=device, dtype=dtype, seed=seed)).model
+    return model, "random" if name in RANDOM_SHAPES else "real"
 
 
 def describe_device(device: torch.device) -> str:
@@ -208,7 +207,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-requests", type=int, default=None)
     p.add_argument("--scale", type=float, default=None, help="multiply every ISL/OSL by this (default 1; 0.1 with --small)")
     p.add_argument("--small", action="store_true", help="CPU smoke run: tiny random model, 24 requests, lengths x0.1")
-    p.add_argument("--model", default=None, help="tiny | smollm2-random | default | PATH (default: tiny with --small, else default)")
+    p.add_argument("--model", default=None, help="tiny | smollm2-random | llama-3.2-1b-random | llama-3-8b-random | default | PATH "
+                   "(default: tiny with --small, else default)")
     p.add_argument("--mode", choices=["both", "continuous", "static"], default="both")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default=None)

@@ -2,12 +2,15 @@
 
     EngineConfig(model, device, dtype, random_weights, seed)
         │  load_weights(model)  ─►  Llama(config) + its state dict, the tokenizer, the source path
-        │  (random_weights: SmolLM2's shapes with random values, the byte tokenizer, no source)
+        │  random values instead, the byte tokenizer and no source, for a name in RANDOM_SHAPES
+        │  (`llama-3-8b-random`, ...) or with random_weights (the shapes of `model`, SmolLM2's without one)
         ▼
     LoadedModel(model on the device in eval mode, tokenizer, device, dtype, source)
 
-The weights are read in float32 on the CPU first (that is what the loaders produce and what a
-parallel engine's workers cut their shards from), then moved and cast once.
+Real weights are read in float32 on the CPU first (that is what the loaders produce and what a
+parallel engine's workers cut their shards from), then moved and cast once. Random weights are drawn
+where the model will run, in its dtype (an 8B model never passes through 32 GB of CPU float32), except
+for a parallel engine's whole model, which stays on the CPU in float32 like real weights.
 """
 from __future__ import annotations
 
@@ -16,11 +19,11 @@ from typing import NamedTuple
 
 import torch
 
-from ..config import EngineConfig, ModelConfig
+from ..config import RANDOM_SHAPES, EngineConfig, ModelConfig
 from ..model.llama import Llama
 from .progress import log
 from .tokenizer import TextTokenizer, byte_tokenizer
-from .weights import load_weights
+from .weights import load_config, load_weights
 
 
 class LoadedModel(NamedTuple):
@@ -64,14 +67,27 @@ def load_model(cfg: EngineConfig, on_device: bool = True) -> LoadedModel:
     on the CPU (a parallel engine cuts each rank's shard from that, then moves it)."""
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
-    if cfg.random_weights:
-        model, tokenizer, source = Llama.random(ModelConfig(), seed=cfg.seed), byte_tokenizer(), None
+    shape = random_shape(cfg)
+    if shape is not None:
+        where = dict(device=device, dtype=dtype) if on_device else {}
+        model, tokenizer, source = Llama.random(shape, seed=cfg.seed, **where), byte_tokenizer(), None
     else:
         model, tokenizer, source = load_llama(cfg.model)
     if on_device:
         model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)   # inference only
         log(f"model {model.config.name} ready on {device} in {str(dtype).removeprefix('torch.')}")
     return LoadedModel(model, tokenizer, device, dtype, source)
+
+
+def random_shape(cfg: EngineConfig) -> ModelConfig | None:
+    """The shapes to fill with random values, or None for real weights: a RANDOM_SHAPES name, or
+    random_weights with the model's own shapes (SmolLM2's when no model is named). An unknown name or
+    a path that does not exist raises WeightsError, listing the names."""
+    if cfg.model in RANDOM_SHAPES:
+        return RANDOM_SHAPES[cfg.model]
+    if not cfg.random_weights:
+        return None
+    return ModelConfig() if cfg.model is None else load_config(cfg.model)
 
 
 def whole_model(cfg: EngineConfig) -> Llama:

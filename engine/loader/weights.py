@@ -10,7 +10,8 @@ float32 safetensors file beside it, so that every later start reads ready-made t
                                                                         gguf_file.py, this file
 
 `--model PATH` takes any local Llama GGUF file or Hugging Face folder (config.json + *.safetensors,
-hf_folder.py).
+hf_folder.py); `--model NAME` a shape of config.RANDOM_SHAPES, filled with random values by
+model_loader.py (no file at all).
 Nothing is ever downloaded from a model hub.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import ModelConfig
+from ..config import RANDOM_SHAPES, ModelConfig
 from .cache import WeightsError, cache_dir
 from .gguf_file import config_from_gguf, gguf_reader, state_dict_from_gguf, tokenizer_from_gguf
 from .hf_folder import config_from_hf, state_dict_from_hf, tokenizer_from_hf
@@ -31,7 +32,7 @@ from .progress import log
 from .tokenizer import TextTokenizer, tokenizer_from_json, tokenizer_to_json
 from .wheel import check_default_gguf, default_gguf_path, ensure_default_gguf
 
-__all__ = ["LoadedWeights", "WeightsError", "cache_dir", "default_gguf_path", "load_weights"]
+__all__ = ["LoadedWeights", "WeightsError", "cache_dir", "default_gguf_path", "load_config", "load_weights"]
 
 DEQUANT_FORMAT = 2  # bump when the layout of the dequantized cache changes
 
@@ -48,13 +49,29 @@ def load_weights(model: str | os.PathLike | None = None) -> LoadedWeights:
     """Config and float32 state dict for `model` (None = the embedded default)."""
     if model is None:
         return _load_gguf_cached(ensure_default_gguf(), default=True)
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise WeightsError(f"--model {path}: no such file or folder.")
+    path = existing_path(model)
     if path.is_dir():
         log(f"loading Hugging Face folder {path}")
         return LoadedWeights(config_from_hf(path), state_dict_from_hf(path), tokenizer_from_hf(path), path)
     return _load_gguf_cached(path, default=False)
+
+
+def existing_path(model: str | os.PathLike) -> Path:
+    """`model` as a path that exists, or WeightsError naming what --model accepts."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        names = ", ".join(RANDOM_SHAPES)
+        raise WeightsError(f"--model {model}: no such file or folder, and no model of that name. Names: {names} "
+                           "(random values in those shapes); or a Llama GGUF file or Hugging Face folder.")
+    return path
+
+
+def load_config(model: str | os.PathLike) -> ModelConfig:
+    """The shapes of a GGUF file or Hugging Face folder, without reading its tensors."""
+    path = existing_path(model)
+    if path.is_dir():
+        return config_from_hf(path)
+    return config_from_gguf(gguf_reader(path), path.stem)
 
 
 def _dequant_cache_path(gguf_path: Path) -> Path:

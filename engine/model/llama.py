@@ -168,16 +168,34 @@ class Llama(nn.Module):
         return (hidden @ weight.T).float()
 
     @classmethod
-    def random(cls, cfg: ModelConfig, seed: int = 0) -> "Llama":
-        """Same shapes as the real model, random values (std 0.02): for speed tests, not for text."""
-        gen = torch.Generator().manual_seed(seed)
-        model = cls(cfg)
+    def random(cls, cfg: ModelConfig, seed: int = 0, device: torch.device | str | None = None,
+               dtype: torch.dtype | None = None) -> "Llama":
+        """Same shapes as the real model, random values (std 0.02): for speed tests, not for text.
+
+        By default drawn on the CPU in float32 (the same numbers for a seed on every machine). With a
+        device, the parameters are allocated there in `dtype` and drawn by that device's generator: the
+        same distribution, other numbers, and no float32 copy of a large model on the CPU."""
+        device = torch.device(device or "cpu")
+        if device.type == "cpu" and dtype in (None, torch.float32):
+            gen = torch.Generator().manual_seed(seed)
+            model = cls(cfg)
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith("norm.weight"):
+                        p.fill_(1.0)
+                    else:
+                        p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+            return model
+        with torch.device("meta"):
+            model = cls(cfg)
+        model = model.to(dtype=dtype or torch.float32).to_empty(device=device)
+        gen = torch.Generator(device=device).manual_seed(seed)
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("norm.weight"):
                     p.fill_(1.0)
                 else:
-                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+                    p.normal_(0.0, 0.02, generator=gen)
         return model
 
 
