@@ -24,7 +24,8 @@ sys.exit(pytest.main(["-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovid
 
 
 def test_gpu_tests_collect_without_the_app_dependencies():
-    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    # PYTEST_ADDOPTS (say -v) would change what --collect-only -q prints
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     run = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=600)
     out = run.stdout + run.stderr
