@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 
 ENGINE_READY_MS = 480_000     # a fresh CI machine downloads (~100 MB) and dequantizes the model first
@@ -158,11 +159,26 @@ def bokeh_points(page) -> list[dict]:
     return page.evaluate(_BOKEH_POINTS)
 
 
-def hover_point(page, point: dict, tooltip_text: str, timeout_ms: int = 10_000) -> None:
-    """Move the mouse onto a point from ``bokeh_points`` and wait for its tooltip to say ``tooltip_text``."""
-    page.mouse.move(point["px"] - 4, point["py"] - 4)
-    page.mouse.move(point["px"], point["py"], steps=2)
-    wait_text(page, ".bk-Tooltip div", tooltip_text, timeout_ms)
+def hover_point(page, point: dict, tooltip_text: str, timeout_ms: int = 30_000) -> None:
+    """Move the mouse onto a point from ``bokeh_points`` until its tooltip says ``tooltip_text``.
+
+    A hover is one event: if the figure re-rendered or moved between reading the point and moving onto it
+    (on a busy machine a late update can land in between), no tooltip ever comes. So each try moves off
+    and back on, and a try that saw no tooltip reads where the same point (same data columns) is now."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    data = {k: v for k, v in point.items() if k not in ("px", "py")}
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        page.mouse.move(0, 0)
+        page.mouse.move(point["px"] - 4, point["py"] - 4)
+        page.mouse.move(point["px"], point["py"], steps=2)
+        try:
+            wait_text(page, ".bk-Tooltip div", tooltip_text, 3_000)
+            return
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                raise
+        point = next((p for p in bokeh_points(page) if {k: p.get(k) for k in data} == data), point)
 
 
 def widget_screenshots(browser, server: str, app_page_class, query: str, name: str,
