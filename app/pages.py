@@ -33,20 +33,25 @@ def _minutes(m: int | None) -> str:
     return f"{m} min" if m else "—"
 
 
-def header_html(links: Links, dark: bool, chapter: str | None, page: str | None) -> str:
+def header_html(links: Links, dark: bool, chapter: str | None, page: str | None,
+                widget: bool = False) -> str:
+    """The site header. Its first Tab stops are the skip links: to the text, and, on a chapter with a
+    live widget, to that widget (app.js moves focus into their shadow roots). The banner landmark is
+    the header row around it (app/shell.py)."""
     toggle_href = html.escape(links.with_theme(not dark, chapter=chapter, page=page))
     toggle_label = "Light theme" if dark else "Dark theme"
     icon = "☀" if dark else "☾"
     return (
-        '<header class="site-header">'
+        '<div class="site-header">'
         '<a class="skip-link" href="#main-content">Skip to the text</a>'
+        + ('<a class="skip-link skip-widget" href="#widget">Skip to the widget</a>' if widget else '') +
         f'<a class="brand" href="{html.escape(links.cover())}">{esc(SITE_TITLE)}</a>'
         '<nav class="header-links" aria-label="Site">'
         f'<a href="{html.escape(links.cover())}">Contents</a>'
         f'<a href="{html.escape(links.glossary())}">Glossary</a>'
         f'<a class="theme-toggle" href="{toggle_href}" aria-label="Switch to {toggle_label.lower()}">'
         f'<span aria-hidden="true">{icon}</span> {toggle_label}</a>'
-        "</nav></header>"
+        "</nav></div>"
     )
 
 
@@ -106,12 +111,12 @@ def cover_html(entries: list[TocEntry], links: Links) -> str:
 
 def chapter_head_html(ch: Chapter) -> str:
     return (
-        '<header class="prose chapter-head">'
+        '<div class="prose chapter-head">'
         f'<p class="eyebrow">Section {ch.number:02d} · {esc(PARTS.get(ch.part, ""))} · '
         f'{_minutes(ch.minutes)} read</p>'
         f'<h1 id="main-content">{esc(ch.title)}</h1>'
         + (f'<p class="subtitle">{esc(ch.subtitle)}</p>' if ch.subtitle else "")
-        + "</header>"
+        + "</div>"
     )
 
 

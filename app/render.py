@@ -88,6 +88,58 @@ def _tex(s: str) -> str:
     return s.replace("<", r"\lt ").replace(">", r"\gt ")
 
 
+# TeX commands read aloud. The typeset SVG is an image; its name (aria-label, set in the browser from
+# the data-speech of the element around it, widgets.js) is this text, so a screen reader says the formula.
+_SPOKEN = {
+    "cdot": " times ", "times": " times ", "le": " at most ", "leq": " at most ", "ge": " at least ",
+    "geq": " at least ", "approx": " about ", "ne": " not equal to ", "to": " to ", "rightarrow": " to ",
+    "sum": " sum ", "prod": " product ", "sqrt": " square root of ", "log": " log ", "exp": " exp ",
+    "max": " max ", "min": " min ", "ldots": " … ", "dots": " … ", "cdots": " … ", "infty": " infinity ",
+    "lt": " less than ", "gt": " greater than ", "in": " in ", "pm": " plus or minus ", "mid": " given ",
+    "lceil": " ceiling of ", "rceil": " ", "lfloor": " floor of ", "rfloor": " ", "top": " transposed ",
+}
+_GREEK = {"alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "theta", "lambda", "mu", "pi", "sigma",
+          "tau", "phi", "omega", "Delta", "Sigma", "Theta", "Omega", "eta", "rho", "kappa", "nu", "xi", "psi", "chi"}
+_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+
+
+def tex_speech(tex: str) -> str:
+    """A plain-words reading of a TeX formula: "\\frac{QK^\\top}{\\sqrt{d}}" -> "QK transposed over
+    square root of d". Rough, but a formula read as words, not as an unnamed picture."""
+    s = re.sub(r"\^\s*(?:\{\s*\\top\s*\}|\\top|\{\s*T\s*\}|T\b)", " transposed ", tex)
+    for _ in range(4):          # innermost groups first: a fraction's parts may hold a root or a subscript
+        s = re.sub(r"\\(?:text|mathrm|mathbf|mathit|operatorname|textbf|texttt)\s*\{([^{}]*)\}", r" \1 ", s)
+        s = re.sub(r"\\sqrt\s*\{([^{}]*)\}", r" square root of (\1) ", s)
+        s = re.sub(r"_\s*\{([^{}]*)\}", r" sub \1 ", s)
+        s = re.sub(r"\^\s*\{([^{}]*)\}", r" to the power \1 ", s)
+        s = _FRAC_RE.sub(r" (\1) over (\2) ", s)
+
+    def word(m: re.Match) -> str:
+        name = m.group(1)
+        if name in _SPOKEN:
+            return _SPOKEN[name]
+        if name in _GREEK:
+            return f" {name} "
+        return " " if name in ("left", "right", "big", "Big", "quad", "qquad", "displaystyle", ",", ";", "!") else f" {name} "
+    s = re.sub(r"\\([A-Za-z]+|[,;!])", word, s)
+    s = re.sub(r"\^\s*\{([^{}]*)\}", r" to the power \1 ", s)
+    s = re.sub(r"\^\s*(\S)", r" to the power \1 ", s)
+    s = re.sub(r"_\s*\{([^{}]*)\}", r" sub \1 ", s)
+    s = re.sub(r"_\s*(\S)", r" sub \1 ", s)
+    s = s.replace("{", " ").replace("}", " ").replace("&", " ").replace("\\", " ")
+    s = s.replace("=", " equals ").replace("+", " plus ").replace("−", " minus ")
+    s = re.sub(r"(?<=\s)-(?=\s)", " minus ", s)
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def _math(tex: str, display: bool) -> str:
+    """Inline or display math, wrapped in an element that carries its speech text (data-speech)."""
+    speech = html.escape(tex_speech(tex), quote=True)
+    if display:
+        return f'<div class="math-display" data-speech="{speech}">\\[' + _tex(tex) + "\\]</div>\n"
+    return f'<span class="math-inline" data-speech="{speech}">\\(' + _tex(tex) + "\\)</span>"
+
+
 def _highlight(code: str, lang: str, _attrs) -> str:
     try:
         lexer = get_lexer_by_name(lang) if lang else TextLexer()
@@ -160,7 +212,7 @@ class ChapterRenderer:
         r = md.add_render_rule
         r("recorded_figure", lambda _r, tokens, idx, options, env: _render_recorded(tokens, idx))
         r("glossary_term", lambda _r, tokens, idx, options, env: self._render_term(tokens, idx, options, env))
-        r("math_inline", lambda self_, tokens, idx, options, env: "\\(" + _tex(tokens[idx].content) + "\\)")
+        r("math_inline", lambda self_, tokens, idx, options, env: _math(tokens[idx].content, display=False))
         r("math_inline_double", self._render_display_math)
         r("math_block", self._render_display_math)
         r("text", lambda self_, tokens, idx, options, env: _entity_guard(html.escape(tokens[idx].content, quote=False)))
@@ -175,7 +227,7 @@ class ChapterRenderer:
     # -- render rules ---------------------------------------------------------------------------
     @staticmethod
     def _render_display_math(self_, tokens, idx, options, env) -> str:
-        return '<div class="math-display">\\[' + _tex(tokens[idx].content.strip()) + "\\]</div>\n"
+        return _math(tokens[idx].content.strip(), display=True)
 
     @staticmethod
     def _render_html_block(self_, tokens, idx, options, env) -> str:

@@ -38,7 +38,7 @@ def build(args: dict) -> pn.viewable.Viewable:
     if slug is None and page_name is None:
         dashboard = _widget(WidgetSegment("engine-dashboard", {}), dark)   # the engine serving everyone
         return _shell(pages.SITE_TITLE, links, dark, toc, None, None,
-                      [html_pane(pages.cover_html(toc, links), dark, ["ex-cover"]), dashboard])
+                      [html_pane(pages.cover_html(toc, links), dark, ["ex-cover"]), dashboard], widget=True)
     if slug is None and page_name == "glossary":
         titles = {c.slug: f"{c.number:02d} {c.title}" for c in chapters}
         body = pages.glossary_html(load_glossary(), titles, links)
@@ -58,8 +58,9 @@ def build(args: dict) -> pn.viewable.Viewable:
         main.append(_segment(seg, dark))
     prev_ch, next_ch = neighbours(chapter, chapters)
     main.append(html_pane(pages.chapter_foot_html(prev_ch, next_ch, links), dark, ["ex-pager"]))
+    has_widget = any(isinstance(seg, WidgetSegment) for seg in rendered.segments)
     return _shell(f"{chapter.number:02d} {chapter.title} · {pages.SITE_TITLE}", links, dark, toc,
-                  chapter.slug, None, main)
+                  chapter.slug, None, main, widget=has_widget)
 
 
 def _segment(seg, dark: bool):
@@ -90,7 +91,7 @@ def _widget(seg: WidgetSegment, dark: bool):
                      margin=(8, 0))
 
 
-def _shell(title, links, dark, toc, current, page_name, main):
-    return page(title=title, header=pages.header_html(links, dark, current, page_name),
+def _shell(title, links, dark, toc, current, page_name, main, widget: bool = False):
+    return page(title=title, header=pages.header_html(links, dark, current, page_name, widget=widget),
                 sidebar=pages.sidebar_html(toc, links, current), main=main, dark=dark,
                 status=engine_status_pane(shared_engine(), stylesheets(dark)))

@@ -40,13 +40,37 @@
     }, 100);
   }
 
-  // 2. "Skip to the text": move keyboard focus to the page's main heading, inside its shadow root.
+  // 2. Skip links. "Skip to the text" moves keyboard focus to the page's main heading, inside its
+  //    shadow root; "Skip to the widget" to the first control of the chapter's first widget (or the
+  //    widget itself when none is enabled yet), so the next keys act on it.
+  const FOCUSABLE = 'button:not([disabled]), input:not([disabled]), textarea:not([disabled]), ' +
+    'select:not([disabled]), a[href], [tabindex]:not([tabindex="-1"])';
+  function deepQuery(root, sel) {
+    const hit = root.querySelector(sel);
+    if (hit) return hit;
+    for (const el of root.querySelectorAll("*")) {
+      if (el.shadowRoot) {
+        const found = deepQuery(el.shadowRoot, sel);
+        if (found) return found;
+      }
+    }
+    return null;
+  }
   document.addEventListener("click", (e) => {
     const a = e.composedPath()[0];
     const link = a && a.closest ? a.closest("a.skip-link") : null;
     if (!link) return;
     e.preventDefault();
     e.stopPropagation();
+    if (link.classList.contains("skip-widget")) {
+      const widget = deepQuery(document, ".ex-widget");
+      if (!widget) return;
+      const target = deepQuery(widget.shadowRoot || widget, FOCUSABLE) || widget;
+      if (target === widget) widget.tabIndex = -1;
+      widget.scrollIntoView({ block: "start" });
+      target.focus({ preventScroll: true });
+      return;
+    }
     const h = deepFind(document, "main-content");
     if (h) { h.tabIndex = -1; h.focus(); h.scrollIntoView({ block: "start" }); }
   }, true);

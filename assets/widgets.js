@@ -159,4 +159,105 @@
            n(box.maxLength) + " characters.");
     }
   }, true);
+  // 5. Names for screen readers. Bokeh draws some controls without one: a slider's handle, a spinner's
+  //    arrows, a checkbox beside its text, the input of a composite control whose label is a sibling
+  //    component; and MathJax draws each formula as an unnamed <svg role="img">. Each gets its name from
+  //    what the page already shows (the control's visible label; the formula's speech text, written by
+  //    the server in data-speech). Every shadow root is watched, so re-rendered parts are named again.
+  const watched = new WeakSet(), dirty = new Set();
+  let queued = false;
+  function words(el) { return el ? (el.textContent || "").replace(/\s+/g, " ").trim() : ""; }
+  function ownText(el) {                     // "Layer: <span>13</span>" -> "Layer"
+    if (!el) return "";
+    const t = [...el.childNodes].filter((n) => n.nodeType === 3).map((n) => n.textContent).join("");
+    return (t.trim() ? t : el.textContent || "").replace(/\s+/g, " ").replace(/[:\s]+$/, "").trim();
+  }
+  function siblingLabel(el) {               // a composite control: its title is a Div beside it
+    let root = el.getRootNode();
+    for (let i = 0; i < 3 && root && root.host; i += 1) {
+      const outer = root.host.getRootNode();
+      const div = deepFind(outer, ".bk-Div");
+      const t = div ? ownText(div.shadowRoot || div) : "";
+      if (t) return t;
+      root = outer;
+    }
+    return "";
+  }
+  function visible(el) { return !!el && el.getClientRects().length > 0 && getComputedStyle(el).display !== "none"; }
+  function labelOf(root, control) {
+    const title = root.querySelector(".bk-slider-title, label");
+    return (visible(title) && ownText(title)) || ownText(root.querySelector(".bk-label")) || siblingLabel(control);
+  }
+  function name(root) {
+    root.querySelectorAll('.noUi-handle[role="slider"]').forEach((h) => {
+      if (!h.getAttribute("aria-label")) { const n = labelOf(root, h); if (n) h.setAttribute("aria-label", n); }
+      const shown = words(root.querySelector(".bk-slider-value")) || words(h.querySelector(".noUi-tooltip"));
+      if (shown && h.getAttribute("aria-valuetext") !== shown) h.setAttribute("aria-valuetext", shown);
+    });
+    root.querySelectorAll("input, textarea, select").forEach((c) => {
+      if (c.type === "hidden" || c.getAttribute("aria-label")) return;
+      const lab = c.id ? root.querySelector('label[for="' + CSS.escape(c.id) + '"]') : null;
+      if (lab && visible(lab) && words(lab)) return;          // a visible <label for> names it already
+      if (c.closest("label") && words(c.closest("label"))) return;
+      const n = labelOf(root, c);
+      if (n) c.setAttribute("aria-label", n);
+    });
+    root.querySelectorAll(".bk-spin-btn").forEach((b) => {
+      if (b.getAttribute("aria-label")) return;
+      const input = b.parentElement && b.parentElement.querySelector("input");
+      const what = (input && input.getAttribute("aria-label")) || labelOf(root, b);
+      b.setAttribute("aria-label", (b.classList.contains("bk-spin-btn-up") ? "Increase " : "Decrease ") + what);
+      b.tabIndex = -1;                                         // the arrow keys in the box do the same
+    });
+    root.querySelectorAll("mjx-container > svg:not([aria-label])").forEach((svg) => {
+      const holder = svg.closest("[data-speech]");
+      if (holder) svg.setAttribute("aria-label", holder.dataset.speech);
+    });
+    root.querySelectorAll("pre, .fp-lens-box, .math-display, .prose table").forEach((box) => {
+      if (!sized.has(box)) { sized.add(box); resized.observe(box); }
+      scrollable(box);
+    });
+  }
+  // A box that scrolls is reachable by keys (its arrows scroll it); its size may only settle after
+  // fonts and layout, so each such box is checked again whenever its size changes.
+  const sized = new WeakSet();
+  function scrollable(box) {
+    if (box.hasAttribute("tabindex")) return;
+    const style = getComputedStyle(box);
+    const across = box.scrollWidth > box.clientWidth + 1 && /auto|scroll/.test(style.overflowX);
+    const down = box.scrollHeight > box.clientHeight + 1 && /auto|scroll/.test(style.overflowY);
+    if (across || down) box.tabIndex = 0;
+  }
+  const resized = new ResizeObserver((entries) => entries.forEach((e) => scrollable(e.target)));
+  function scan(root) {
+    name(root);
+    for (const el of root.querySelectorAll("*")) {
+      if (el.shadowRoot && !watched.has(el.shadowRoot)) { watch(el.shadowRoot); scan(el.shadowRoot); }
+    }
+  }
+  function flush() {
+    queued = false;
+    const roots = [...dirty];
+    dirty.clear();
+    roots.forEach((r) => { if (r === document || r.host && r.host.isConnected) scan(r); });
+  }
+  function watch(root) {
+    watched.add(root);
+    new MutationObserver(() => {
+      dirty.add(root);
+      if (!queued) { queued = true; requestAnimationFrame(flush); }
+    }).observe(root, { childList: true, subtree: true, characterData: true });
+  }
+  watch(document);
+  dirty.add(document);
+  queued = true;
+  requestAnimationFrame(flush);
+
+  // 6. A checkbox's text is its label: a click on it toggles the box (Bokeh draws them as siblings).
+  document.addEventListener("click", (e) => {
+    const el = e.composedPath()[0];
+    if (!el || !el.classList || !el.classList.contains("bk-label")) return;
+    const box = el.parentElement && el.parentElement.querySelector('input[type="checkbox"]');
+    if (box && !box.disabled && el.previousElementSibling === box) box.click();
+  }, true);
 })();

@@ -111,7 +111,7 @@ def test_skip_link_moves_focus_to_the_text(app):
     page.keyboard.press("Tab")
     first = page.evaluate(DEEP_ACTIVE)
     assert first and "skip-link" in first["cls"]
-    assert page.locator(".skip-link").is_visible()     # shown while focused
+    assert page.locator('.skip-link[href="#main-content"]').is_visible()     # shown while focused
     page.keyboard.press("Enter")
     page.wait_for_function("""() => { let a = document.activeElement;
         while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;

@@ -37,13 +37,33 @@ from widgets.common.gate import EngineGate, in_session
 from widgets.common.jobs import JobRunner
 from widgets.common.registry import directive_of
 from widgets.common.text import clip, esc
-from widgets.common.theme import html_pane
+from widgets.common.theme import html_pane, static_url
 
 
 def notes_html(notes, progress: str = "", css: str = "w") -> str:
     """Each non-empty note as one escaped line, then an optional progress line (announced to screen readers)."""
     out = "".join(f'<p class="w-note">{esc(n)}</p>' for n in notes if n)
     return out + (f'<p class="w-small {css}-progress" aria-live="polite">{esc(progress)}</p>' if progress else "")
+
+
+def style_controls(layout) -> None:
+    """Give every Panel control inside ``layout`` (sliders, inputs, spinners, buttons, selects, the
+    parts of composite controls) the shared controls stylesheet: a 3 px focus ring, 24 px spinner
+    arrows. Their names for screen readers come from their visible labels (widgets.js)."""
+    sheet = static_url("controls.css")
+    seen: set[int] = set()
+
+    def visit(obj) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, pn.widgets.Widget) and sheet not in obj.stylesheets:
+            obj.stylesheets = [*obj.stylesheets, sheet]
+        inner = getattr(obj, "_composite", None)
+        for child in list(getattr(obj, "objects", None) or []) + ([inner] if inner is not None else []):
+            visit(child)
+    for obj in layout.select(pn.viewable.Viewable):
+        visit(obj)
 
 
 class Widget(pn.viewable.Viewer):
@@ -72,6 +92,9 @@ class Widget(pn.viewable.Viewer):
         return directive_of(cls.__module__)
 
     def __panel__(self):
+        if not getattr(self, "_controls_styled", False):
+            self._controls_styled = True
+            style_controls(self.layout)
         return self.layout
 
     # -- what a widget overrides ------------------------------------------------------------------

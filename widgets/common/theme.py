@@ -26,8 +26,12 @@ _INK = {
     True: {"text": "#e8e8ea", "muted": "#a9adb3", "grid": "#33383e", "axis": "#5a6068", "surface": "#1e2226"},
 }
 
-# Panel's dark theme keeps its mid-blue primary colour, too dark for link text on a dark page.
-DARK_OVERRIDES = ":host { --ex-accent: #7cc4ff; }"
+# Panel's dark theme keeps its mid-blue primary colour, too dark for link text on a dark page; on the
+# light blue that replaces it, text is dark; the "good" green is lightened to read on the dark page.
+DARK_OVERRIDES = (":host { --ex-accent: #7cc4ff; --ex-on-accent: #0b1f33; --ex-ok: #3fd3a0; --w-bad: #ff8a7d;"
+                  " --w-vermilion-ink: #f08a3c; }"
+                  # code blocks on github-dark's own canvas, where its comment grey reads at 4.5:1
+                  " .prose pre { background: #161b22; }")
 
 
 def static_url(name: str) -> str:
