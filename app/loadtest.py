@@ -56,6 +56,15 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(values[min(len(values) - 1, int(q * len(values)))], 1)
 
 
+def client_models() -> None:
+    """Define every Bokeh model a chapter's page may hold in this process, so a websocket client can read
+    the page: Panel's own, and our components (the Stepper), which importing every widget defines once."""
+    import panel.models  # noqa: F401
+
+    from widgets.common.registry import registry
+    registry()
+
+
 class Run:
     def __init__(self, base: str, deadline: float, slugs: list[str]):
         self.base, self.deadline, self.slugs = base, deadline, slugs
@@ -72,8 +81,7 @@ class Run:
             self.errors.append(what[:200])
 
     def websocket_reader(self) -> None:
-        import panel.models  # noqa: F401  (Panel's Bokeh models: the client must know them to read a page)
-        import widgets  # noqa: F401  (and our own components, e.g. the Stepper)
+        client_models()
         from bokeh.client import pull_session
         while time.monotonic() < self.deadline:
             slug = random.choice(self.slugs)
