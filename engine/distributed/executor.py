@@ -19,6 +19,7 @@ import atexit
 import os
 import threading
 import time
+import weakref
 from multiprocessing.connection import wait
 
 import torch
@@ -62,6 +63,21 @@ class SharedModel:
         return st.f_bavail * st.f_frsize > 2 * need
 
 
+# The executors of this process that have not closed: one at a time may hold torch.distributed's group.
+_LIVE: "weakref.WeakSet[DistributedExecutor]" = weakref.WeakSet()
+
+
+def _claim_the_process_group() -> None:
+    """Refuse a second engine while one runs; clear a group that no live engine owns. torch.distributed
+    has one default group per process: an engine that failed to leave it (its close() could not destroy
+    it) would otherwise make every later engine in this process refuse to start."""
+    if any(not getattr(e, "_closed", False) for e in _LIVE):
+        raise RuntimeError("this process already runs a parallel engine (one at a time): close it first")
+    if dist.is_initialized():
+        log("a process group that no running engine owns was left behind: leaving it")
+        leave()
+
+
 class DistributedExecutor:
     def __init__(self, model: Llama, build, pc: ParallelConfig, device_type: str, dtype: torch.dtype,
                  threads: int | None = None):
@@ -72,8 +88,8 @@ class DistributedExecutor:
         if device_type == "cuda" and pc.world_size > torch.cuda.device_count():
             raise ValueError(f"{pc.describe()} needs {pc.world_size} GPUs (one per rank); "
                              f"this machine has {torch.cuda.device_count()}")
-        if dist.is_initialized():
-            raise RuntimeError("this process already runs a parallel engine (one at a time): close it first")
+        _claim_the_process_group()
+        _LIVE.add(self)
         self.pc, self.dtype, self.full_config = pc, dtype, model.config
         self.error: str | None = None
         self.comm, self.runner, self.kv_cache, self._closed = None, None, None, False
@@ -234,6 +250,7 @@ class DistributedExecutor:
                 p.join()
         try:
             leave()
-        except Exception:
-            pass
+        except Exception as e:               # the next engine in this process clears the group (see below)
+            log(f"{self.pc.describe()}: leaving the process group failed ({type(e).__name__}: {e})")
+        _LIVE.discard(self)
         self.store = None

@@ -150,3 +150,27 @@ def test_a_world_of_one_runs_the_distributed_path_in_this_process(one_torch_thre
     finally:
         engine.close()
     assert not torch.distributed.is_initialized()
+
+
+def test_a_group_no_engine_owns_is_cleared_and_a_running_engine_refuses_a_second(one_torch_thread):
+    """torch.distributed has one default group per process. One left behind by an engine that could not
+    leave it must not stop every later engine; a second engine while one runs is still refused."""
+    import torch.distributed as dist
+
+    from engine.config import EngineConfig
+    from engine.distributed import parallel_engine
+    from engine.distributed.process_group import HOST
+    from tests.helpers.parallel_tiny import tiny3
+
+    store = dist.TCPStore(HOST, 0, 1, is_master=True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)      # the leftover
+    cfg = EngineConfig(device="cpu", num_kv_blocks=16, max_num_batched_tokens=32)
+    engine = parallel_engine(tiny3(), tiny3, cfg, torch.device("cpu"), torch.float32)
+    try:
+        assert dist.get_world_size() == 1
+        with pytest.raises(RuntimeError, match="already runs a parallel engine"):
+            parallel_engine(tiny3(), tiny3, cfg, torch.device("cpu"), torch.float32)
+        assert dist.is_initialized()                    # the refusal left the running engine's group alone
+    finally:
+        engine.close()
+    assert not dist.is_initialized()
