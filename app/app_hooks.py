@@ -20,6 +20,7 @@ def on_server_loaded(server_context) -> None:
     from app.server_guard import install
     _log_like_bokeh()
     _quiet_closed_websockets(asyncio.get_event_loop())
+    _tolerate_detached_connections()
     shared_engine().start()
     install(server_context)
 
@@ -57,3 +58,31 @@ def _quiet_closed_websockets(loop: asyncio.AbstractEventLoop) -> None:
             loop.default_exception_handler(context)
 
     loop.set_exception_handler(handler)
+
+
+def _tolerate_detached_connections() -> None:
+    """A websocket that closes after Bokeh discarded its session is a normal end, not an error.
+
+    When a page goes away, Bokeh's cleanup may discard its session and detach the connection from it
+    before the websocket's own close arrives; Bokeh's ``WSHandler.on_close`` then reads
+    ``connection.session`` and fails ``assert self._session is not None`` — a traceback in the log for
+    every such tab (seen when pages open and close quickly). For such a connection the only thing left
+    to do is what on_close does last: tell the application the client is gone.
+    """
+    from bokeh.server.views.ws import WSHandler
+
+    original = WSHandler.on_close
+    if getattr(original, "tolerates_detached", False):
+        return
+    log = logging.getLogger("app.websocket")
+
+    def on_close(self) -> None:
+        connection = self.connection
+        if connection is not None and getattr(connection, "_session", True) is None:
+            log.debug("a websocket closed after its session was discarded")
+            self.application.client_lost(connection)
+            return
+        original(self)
+
+    on_close.tolerates_detached = True
+    WSHandler.on_close = on_close
