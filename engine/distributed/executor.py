@@ -63,7 +63,8 @@ class SharedModel:
         return st.f_bavail * st.f_frsize > 2 * need
 
 
-# The executors of this process that have not closed: one at a time may hold torch.distributed's group.
+# This process's executors; the one that joined torch.distributed's group (comm set) and has not closed
+# holds it. One at a time: the process has one default group.
 _LIVE: "weakref.WeakSet[DistributedExecutor]" = weakref.WeakSet()
 
 
@@ -71,8 +72,10 @@ def _claim_the_process_group() -> None:
     """Refuse a second engine while one runs; clear a group that no live engine owns. torch.distributed
     has one default group per process: an engine that failed to leave it (its close() could not destroy
     it) would otherwise make every later engine in this process refuse to start."""
-    if any(not getattr(e, "_closed", False) for e in _LIVE):
-        raise RuntimeError("this process already runs a parallel engine (one at a time): close it first")
+    holder = next((e for e in list(_LIVE) if e.comm is not None and not e._closed), None)
+    if holder is not None:
+        raise RuntimeError(f"this process already runs a parallel engine (one at a time: a {holder.pc.describe()} "
+                           f"engine started on thread {holder.owner!r}): close it first")
     if dist.is_initialized():
         log("a process group that no running engine owns was left behind: leaving it")
         leave()
@@ -89,12 +92,13 @@ class DistributedExecutor:
             raise ValueError(f"{pc.describe()} needs {pc.world_size} GPUs (one per rank); "
                              f"this machine has {torch.cuda.device_count()}")
         _claim_the_process_group()
-        _LIVE.add(self)
         self.pc, self.dtype, self.full_config = pc, dtype, model.config
         self.error: str | None = None
         self.comm, self.runner, self.kv_cache, self._closed = None, None, None, False
         self._closing = False
         self._first_death: str | None = None       # the watch's finding: who died first, and how
+        self.owner = threading.current_thread().name
+        _LIVE.add(self)
         self.store = master_store(pc.world_size)
         whole = SharedModel(model) if SharedModel.fits(model) else build
         spec = WorkerSpec(whole, pc, self.store.port, device_type, dtype,
