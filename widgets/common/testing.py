@@ -131,10 +131,11 @@ def wait_live(page, name: str, timeout_ms: int = ENGINE_READY_MS) -> None:
 
 
 # Every glyph of every Bokeh figure on the page: its data columns and its position on the page.
-_BOKEH_POINTS = """() => { const out = [];
+_BOKEH_POINTS = """() => { const out = []; const views = [];
   const visit = (v) => {
     if (v.frame && v.renderer_views) {
       const rect = v.el.getBoundingClientRect();
+      views.push(v);
       for (const rv of v.renderer_views.values()) {
         const d = rv.model.data_source ? rv.model.data_source.data : null;
         if (!d || !d.x || !d.y) continue;
@@ -143,6 +144,7 @@ _BOKEH_POINTS = """() => { const out = [];
           for (const k of Object.keys(d)) row[k] = d[k][i];
           row.px = rect.x + v.frame.x_scale.compute(d.x[i]);
           row.py = rect.y + v.frame.y_scale.compute(d.y[i]);
+          row.plot = views.length - 1;
           out.push(row);
         }
       }
@@ -150,6 +152,7 @@ _BOKEH_POINTS = """() => { const out = [];
     for (const c of (v.child_views || [])) visit(c);
   };
   for (const v of Object.values(Bokeh.index)) visit(v);
+  window.__testPlotViews = views;
   return out; }"""
 
 
@@ -163,12 +166,20 @@ def hover_point(page, point: dict, tooltip_text: str, timeout_ms: int = 30_000) 
     """Move the mouse onto a point from ``bokeh_points`` until its tooltip says ``tooltip_text``.
 
     A hover is one event: if the figure re-rendered or moved between reading the point and moving onto it
-    (on a busy machine a late update can land in between), no tooltip ever comes. So each try moves off
-    and back on, and a try that saw no tooltip reads where the same point (same data columns) is now."""
+    (on a busy machine a late update can land in between), no tooltip ever comes. So each try re-reads
+    where the same point (same data columns) is now, scrolls its figure to the middle of the viewport when
+    the point lies outside it (a mouse outside the viewport sends no event at all: CI saw a table grow
+    above the chart and push the point below the fold), and moves off and back on."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    data = {k: v for k, v in point.items() if k not in ("px", "py")}
+    data = {k: v for k, v in point.items() if k not in ("px", "py", "plot")}
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
+        point = next((p for p in bokeh_points(page) if {k: p.get(k) for k in data} == data), point)
+        size = page.viewport_size or {"width": 1280, "height": 900}
+        if not (2 <= point["px"] <= size["width"] - 2 and 2 <= point["py"] <= size["height"] - 2):
+            page.evaluate("i => window.__testPlotViews[i].el.scrollIntoView({block: 'center'})",
+                          point.get("plot", 0))
+            point = next((p for p in bokeh_points(page) if {k: p.get(k) for k in data} == data), point)
         page.mouse.move(0, 0)
         page.mouse.move(point["px"] - 4, point["py"] - 4)
         page.mouse.move(point["px"], point["py"], steps=2)
@@ -177,8 +188,14 @@ def hover_point(page, point: dict, tooltip_text: str, timeout_ms: int = 30_000) 
             return
         except PlaywrightTimeout:
             if time.monotonic() > deadline:
-                raise
-        point = next((p for p in bokeh_points(page) if {k: p.get(k) for k in data} == data), point)
+                seen = page.locator(".bk-Tooltip div").all_text_contents()
+                under = page.evaluate("([x, y]) => { const e = document.elementFromPoint(x, y); "
+                                      "return e ? e.tagName + '.' + e.className : null; }",
+                                      [point["px"], point["py"]])
+                raise AssertionError(
+                    f"no tooltip saying {tooltip_text!r} at ({point['px']:.0f}, {point['py']:.0f}) in a "
+                    f"{size['width']}x{size['height']} viewport; under the mouse: {under}; tooltips "
+                    f"shown: {[t[:80] for t in seen if t.strip()]}") from None
 
 
 def widget_screenshots(browser, server: str, app_page_class, query: str, name: str,
