@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 import threading
 
@@ -78,13 +79,17 @@ class ApiServer:
         return self
 
     def serve_forever(self) -> None:
-        """Serve on this thread until interrupted (Ctrl-C, SIGTERM through the engine's exit hooks)."""
+        """Serve on this thread until Ctrl-C or SIGTERM (both end it cleanly: the caller closes the LLM)."""
         asyncio.set_event_loop(asyncio.new_event_loop())
         self._listen()
+        loop = self._loop
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: loop.add_callback_from_signal(loop.stop))
         try:
-            self._loop.start()
+            loop.start()
         finally:
             self._http.stop()
+            self._loop = None
 
     def stop(self) -> None:
         if self._loop is None:

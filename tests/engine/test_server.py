@@ -228,6 +228,19 @@ def test_leaving_mid_stream_aborts_the_request_and_frees_its_blocks(api, client,
     assert client.completions.create(model=model, prompt="After", max_tokens=2, extra_body=NO_EOS).choices[0].text
 
 
+def test_leaving_before_a_whole_answer_aborts_it_too(api, tiny_llm, model):
+    wait_for(lambda: idle_and_no_leak(tiny_llm), what="an idle engine")
+    disconnects = api.state.counts.disconnects
+    body = json.dumps({"model": model, "prompt": "Long", "max_tokens": 1500, "ignore_eos": True}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=60)
+    conn.request("POST", "/v1/completions", body=body, headers={"Authorization": f"Bearer {KEY}"})
+    wait_for(lambda: tiny_llm.stats.num_running == 1, what="the request to run")
+    conn.close()                                         # gone without reading the answer
+    wait_for(lambda: api.state.counts.disconnects == disconnects + 1, what="the server to see the client leave")
+    wait_for(lambda: idle_and_no_leak(tiny_llm), what="the request's blocks to be freed")
+    wait_for(lambda: api.state.counts.in_flight == 0, what="the handler to end")
+
+
 # -- errors ------------------------------------------------------------------------------------------------
 BAD = [   # (body, the field the 400 names)
     ({"prompt": "x", "top_p": 2}, "top_p"),
@@ -355,9 +368,9 @@ def test_python_m_engine_serve_starts_alone(tiny_path):
         assert c.completions.create(model="tiny-model", prompt="Hi", max_tokens=3,
                                     extra_body=NO_EOS).usage.completion_tokens == 3
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    assert "Traceback" not in proc.stderr.read()
+        proc.terminate()                                   # SIGTERM: a clean stop
+        code = proc.wait(timeout=30)
+    assert code == 0 and "Traceback" not in proc.stderr.read()
 
 
 def test_serve_refuses_bad_limits_before_loading():
