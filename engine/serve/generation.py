@@ -44,7 +44,7 @@ class Generation:
         self._threads: list[threading.Thread] = []
         self.cancelled = False
 
-    def start(self) -> "Generation":
+    def start(self) -> Generation:
         name = next(_names)
         for i, prompt in enumerate(self.prompts):
             t = threading.Thread(target=self._run, args=(i, prompt), name=f"api-{name}-{i}", daemon=True)

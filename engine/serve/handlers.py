@@ -80,10 +80,7 @@ class ApiHandler(RequestHandler):
             message = self._reason
         else:
             message = "the server failed while answering this request (the details are in its log)"
-        self.clear()
-        if self._headers_written:
-            return
-        self.send_json(APIError(status_code, message).body(), status_code)
+        self.send_json(APIError(status_code, message).body(), status_code)   # (send_error has cleared the headers)
 
     def _end_stream_with(self, e: APIError) -> None:
         try:

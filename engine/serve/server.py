@@ -61,7 +61,7 @@ class ApiServer:
         self._http.add_sockets(self._sockets)
         self._loop = IOLoop.current()
 
-    def start(self) -> "ApiServer":
+    def start(self) -> ApiServer:
         """Serve on a background thread (its own event loop); returns once the server is listening."""
         ready = threading.Event()
 

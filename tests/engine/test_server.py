@@ -24,7 +24,7 @@ from tests.helpers.tiny import tiny_model_folder
 pytest.importorskip("tornado")          # the GPU machine's bare environment has neither
 openai = pytest.importorskip("openai")
 
-from engine.serve import ApiServer, ServerLimits  # noqa: E402  (after the skips: it imports tornado)
+from engine.serve import ApiServer, ServerLimits     # after the skips: it imports tornado
 
 KEY = "sk-test-key"
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +110,8 @@ def raw(api, method: str, path: str, body=None, key: str | None = KEY):
 
 
 # -- models, completions, chat ------------------------------------------------------------------------
-def test_models_lists_the_served_model(client, tiny_llm, model):
+def test_models_lists_the_served_model(api, client, tiny_llm, model):
+    assert raw(api, "GET", "/health", key=None)[0] == 200        # no key needed to ask whether it is up
     models = client.models.list()
     assert [m.id for m in models.data] == [model]
     assert models.data[0].max_model_len == tiny_llm.engine.max_model_len
