@@ -354,6 +354,21 @@ def test_a_full_queue_is_a_429_with_retry_after(tiny_llm, model):
         busy.stop()
 
 
+def test_a_full_engine_queue_is_a_429_too():
+    """The shared engine's waiting queue counts every caller's requests (in the Panel app, the readers'):
+    past max_waiting, a new API request is refused rather than queued behind them."""
+    from types import SimpleNamespace
+
+    from engine.serve import APIError, ApiState
+    state = ApiState(lambda: None, limits=ServerLimits(max_waiting=2, retry_after_s=3))
+    with pytest.raises(APIError) as refused:
+        state.admit(SimpleNamespace(stats=SimpleNamespace(num_waiting=2)))
+    assert refused.value.status == 429 and refused.value.headers == {"Retry-After": "3"}
+    assert "queue is full" in refused.value.message and state.counts.refused_busy == 1
+    state.admit(SimpleNamespace(stats=SimpleNamespace(num_waiting=1)))
+    assert state.counts.in_flight == 1
+
+
 # -- python -m engine serve ---------------------------------------------------------------------------------
 def test_python_m_engine_serve_starts_alone(tiny_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
