@@ -169,6 +169,8 @@ def test_stop_strings_seeds_and_logprobs(client, tiny_llm, model):
     r = client.completions.create(**sampled, stop=[text[k]])
     assert r.choices[0].text == text[:k]
     assert r.choices[0].finish_reason == "stop" and r.choices[0].stop_reason == text[k]
+    streamed = list(client.completions.create(**sampled, stop=[text[k]], stream=True))   # held-back text included
+    assert "".join(c.choices[0].text for c in streamed) == text[:k] and streamed[-1].choices[0].finish_reason == "stop"
     # logprobs: the chosen token's and the top 3, as the offline API computes them
     offline = tiny_llm.generate("abc", SamplingParams(max_tokens=4, logprobs=3, **GREEDY, **NO_EOS))[0].outputs[0]
     lp = client.completions.create(model=model, prompt="abc", max_tokens=4, logprobs=3, **GREEDY,
