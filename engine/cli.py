@@ -5,6 +5,7 @@
     python -m engine generate --tp 3 "Hello"                       # tensor parallel: 3 processes (ch. 19)
     python -m engine generate --pp 2 --stats "Hello"               # pipeline parallel: 2 stages
     python -m engine info                                          # shapes, parameters, KV bytes per token
+    python -m engine serve --port 8000 --api-key sk-local          # an OpenAI-compatible API (engine/serve)
     python -m engine generate --speculative-method ngram --num-speculative-tokens 4 "Repeat: ..."
     python -m engine bench kernels | serve-sim | throughput | latency | prefill | parallel | spec [options]   # JSON
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .config import RANDOM_SHAPES
@@ -89,6 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="print the model's shapes, parameter count and KV-cache bytes per token")
     i.add_argument("--json", action="store_true")
     _model_args(i)
+
+    s = sub.add_parser("serve", help="serve an OpenAI-compatible API: /v1/models, /v1/completions, /v1/chat/completions")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every one)")
+    s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free one, printed)")
+    s.add_argument("--api-key", default=os.environ.get("ENGINE_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (default: $ENGINE_API_KEY, else no key)")
+    s.add_argument("--served-model-name", default=None, help="the model's name in the API (default: the model's own)")
+    s.add_argument("--max-concurrent", type=int, default=64, help="requests running at once; more get 429 (default 64)")
+    s.add_argument("--max-waiting", type=int, default=64,
+                   help="requests waiting in the engine's queue; more get 429 (default 64)")
+    s.add_argument("--max-tokens-limit", type=int, default=None,
+                   help="the most tokens one completion may ask for (default: what the context leaves)")
+    _model_args(s)
 
     b = sub.add_parser("bench", help="benchmarks that print JSON: " + ", ".join(BENCHES))
     b.add_argument("name", choices=sorted(BENCHES), help="; ".join(f"{k}: {v[0]}" for k, v in BENCHES.items()))
@@ -225,6 +240,27 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    import logging
+
+    from .serve import ApiServer, ServerLimits
+    limits = ServerLimits(max_concurrent=args.max_concurrent, max_waiting=args.max_waiting,
+                          max_tokens=args.max_tokens_limit)     # checked before the model loads
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    llm = make_llm(args)
+    try:
+        server = ApiServer(llm, host=args.host, port=args.port, api_key=args.api_key, limits=limits,
+                           served_model_name=args.served_model_name)
+        print(f"serving {server.state.model_name(llm)} at {server.url} "
+              f"({'API key required' if args.api_key else 'no API key'}); Ctrl-C stops", flush=True)
+        server.serve_forever()
+    except OSError as e:                 # the port is taken, the address is not ours
+        raise RuntimeError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+    finally:
+        llm.close()
+    return 0
+
+
 def cmd_bench(args) -> int:
     import importlib
     main = importlib.import_module(BENCHES[args.name][1]).main
@@ -235,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     from .loader.weights import WeightsError
     args = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate, "info": cmd_info, "bench": cmd_bench}[args.command](args)
+        return {"generate": cmd_generate, "info": cmd_info, "serve": cmd_serve,
+                "bench": cmd_bench}[args.command](args)
     except (WeightsError, ValueError, RuntimeError) as e:
         # Problems the user can fix get one clear message, not a traceback wall.
         print(f"error: {e}", file=sys.stderr)

@@ -80,6 +80,7 @@ LAYERS = [
     ("distributed", ["engine.distributed"]),                            # an LLMEngine over processes
     ("front door", ["engine.engine_loop", "engine.loop_stats", "engine.unpaged", "engine.introspect",
                     "engine.llm", "engine"]),                           # LLM, its loop thread, the public API
+    ("serve", ["engine.serve"]),                                        # the OpenAI-compatible API over LLM
     ("bench", ["engine.bench"]),
     ("cli", ["engine.cli", "engine.__main__"]),
 ]
