@@ -1,5 +1,6 @@
 """What the server does besides pages: refuse over-long addresses with a clear answer, publish the shared
-engine's numbers as JSON, and log what the engine is doing at a readable rate.
+engine's numbers as JSON, answer the OpenAI-compatible API, and log what the engine is doing at a
+readable rate.
 
 Bokeh builds its Tornado application and HTTP server before our start-up hook runs and keeps no
 reference to them a hook can reach, so `install` finds the two objects once, at start-up, by type.
@@ -10,6 +11,8 @@ reference to them a hook can reach, so `install` finds the two objects once, at 
 * **/engine.json** (beside /app): the engine's LoopStats as JSON (anonymous totals only: steps, tokens,
   requests running and waiting, KV blocks in use; the pages' sandboxes and their KV MiB). The load
   test and the browser tests read it.
+* **/v1/...** (beside /app): the OpenAI-compatible API on the shared engine (app/openai_api.py), so a
+  reader's curl or `openai` client request runs in the same batch as the pages' own.
 * **The log.** One `[engine]` line every LOG_EVERY_S seconds while the engine is doing something:
   requests running and waiting, steps and tokens per second, KV blocks in use, sessions open.
 """
@@ -85,8 +88,11 @@ def install(server_context) -> None:
         if isinstance(obj, HTTPServer):
             obj.conn_params.max_header_size = READ_LIMIT_BYTES
         elif isinstance(obj, Application) and hasattr(obj, "_applications"):     # Bokeh's Tornado app
+            from app.openai_api import api_rules
             obj.default_router.rules[:0] = [Rule(_LongURI(), _TooLong),
-                                            Rule(PathMatches(r"/engine\.json"), _EngineJSON)]
+                                            Rule(PathMatches(r"/engine\.json"), _EngineJSON),
+                                            *(Rule(PathMatches(pattern), handler, kwargs)
+                                              for pattern, handler, kwargs in api_rules())]
     PeriodicCallback(_EngineLog(server_context), max(LOG_EVERY_S, 0.5) * 1000).start()
 
 

@@ -122,8 +122,14 @@ class EngineLoop:
             if not self._closed and self.failure is None:
                 raise
 
-    def submit(self, prompt: str | list[int], params: SamplingParams, prompt_text: str | None = None) -> Submission:
-        request_id = f"req-{next(self._ids)}"
+    def submit(self, prompt: str | list[int], params: SamplingParams, prompt_text: str | None = None,
+               source: str = "req") -> Submission:
+        """Hand one request to the engine thread. `source` says who sent it and begins its request id
+        ("req-7", "api-8"), so a view of the batch (the dashboard) can tell the HTTP API's requests from
+        the readers' without asking anyone."""
+        if not (isinstance(source, str) and source.isidentifier()):
+            raise ValueError(f"source must be a short word such as 'api', got {source!r}")
+        request_id = f"{source}-{next(self._ids)}"
         items: queue.SimpleQueue = queue.SimpleQueue()
 
         def add() -> Submission:
@@ -164,9 +170,9 @@ class EngineLoop:
             self._call_if_open(release)
 
     def stream(self, prompt: str | list[int], params: SamplingParams,
-               prompt_text: str | None = None) -> Iterator[StreamEvent]:
+               prompt_text: str | None = None, source: str = "req") -> Iterator[StreamEvent]:
         """One event per generated token (the completions of an n > 1 request interleave)."""
-        for item in self._items(self.submit(prompt, params, prompt_text)):
+        for item in self._items(self.submit(prompt, params, prompt_text, source)):
             yield item.event
 
     def generate(self, prompts: list[tuple[list[int], str | None, SamplingParams]],

@@ -115,18 +115,19 @@ class LLM:
             return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
         return prompt
 
-    def stream(self, prompt, sampling_params: SamplingParams | None = None, *, chat: bool = False
-               ) -> Iterator[StreamEvent]:
+    def stream(self, prompt, sampling_params: SamplingParams | None = None, *, chat: bool = False,
+               source: str = "req") -> Iterator[StreamEvent]:
         """One StreamEvent per generated token; the last one has finished=True. Stopping early (closing or
         dropping the iterator) aborts the request and frees its KV blocks. `prompt` is one prompt in any
-        of generate()'s forms; chat=True wraps text in the chat template as the user's turn."""
+        of generate()'s forms; chat=True wraps text in the chat template as the user's turn. `source`
+        begins the request id ("api-12" for the HTTP server's), so views of the batch can tell who sent it."""
         if chat and not isinstance(prompt, str):
             raise TypeError(f"stream(chat=True) takes the user's text, got {type(prompt).__name__}")
         parsed = parse_prompt(self.format_prompt(prompt, chat) if chat else prompt, self.tokenizer,
                               self.config.vocab_size)
         params = sampling_params_for(sampling_params, 1)
         check_context([parsed], params, self.engine.max_model_len, "prompt")
-        yield from self.loop.stream(parsed.token_ids, params[0], prompt_text=parsed.text)
+        yield from self.loop.stream(parsed.token_ids, params[0], prompt_text=parsed.text, source=source)
 
     def abort(self, request_id: str) -> None:
         """End a running request at the next gap between steps and free its KV blocks; returns at once

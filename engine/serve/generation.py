@@ -34,8 +34,8 @@ class Item:
 
 
 class Generation:
-    def __init__(self, llm, prompts: list[ParsedPrompt], params: SamplingParams):
-        self.llm, self.prompts, self.params = llm, prompts, params
+    def __init__(self, llm, prompts: list[ParsedPrompt], params: SamplingParams, source: str = "api"):
+        self.llm, self.prompts, self.params, self.source = llm, prompts, params, source
         self.loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._cancelled = threading.Event()
@@ -75,7 +75,7 @@ class Generation:
     # -- the prompt threads -----------------------------------------------------------------------------
     def _run(self, i: int, prompt: ParsedPrompt) -> None:
         tokens = {"prompt_token_ids": prompt.token_ids} | ({"prompt": prompt.text} if prompt.text else {})
-        stream = self.llm.stream(tokens, self.params)
+        stream = self.llm.stream(tokens, self.params, source=self.source)
         try:
             for event in stream:
                 with self._lock:

@@ -136,7 +136,7 @@ class Generate(ApiHandler):
         request = type(self).parse(body, self.state.model_limits(llm))
         self.state.admit(llm)
         try:
-            self.generation = Generation(llm, request.prompts, request.params).start()
+            self.generation = Generation(llm, request.prompts, request.params, self.state.source).start()
             answer = Answer(request.kind, request.model, len(request.prompts), request.params.n,
                             sum(len(p.token_ids) for p in request.prompts), request.top_logprobs)
             if request.stream:
@@ -187,7 +187,11 @@ class Generate(ApiHandler):
 
     async def _send(self, chunks: list[dict], done: bool = False) -> None:
         if not chunks and not done:
-            return
+            if self._headers_written:
+                return
+            # The first token came but no text yet (a stop string's prefix held back, half a UTF-8
+            # character): the 200 and its headers go out now all the same, so a client whose timeout
+            # covers the wait for headers (the openai client's does) sees its stream begin.
         self.write("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + ("data: [DONE]\n\n" if done else ""))
         try:
             await self.flush()

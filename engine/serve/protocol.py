@@ -59,6 +59,7 @@ class ModelLimits:
     model_names: tuple[str, ...]         # the names `model` may take (the first is the one reported)
     max_tokens_limit: int | None = None  # the most tokens one completion may ask for (None: the context)
     max_prompts: int = 64                # prompts in one /v1/completions request
+    max_prompt_tokens: int | None = None # the longest prompt this server takes (None: the context)
 
 
 @dataclass(slots=True)
@@ -282,6 +283,12 @@ def _chat_prompt(messages, add_generation_prompt: bool, limits: ModelLimits) -> 
 
 
 def _check_context(prompts: list[ParsedPrompt], params: SamplingParams, limits: ModelLimits, where: str) -> None:
+    cap = limits.max_prompt_tokens
+    for i, prompt in enumerate(prompts):
+        if cap is not None and len(prompt.token_ids) > cap:
+            name = where if len(prompts) == 1 else f"{where}[{i}]"
+            raise bad_request(f"{name} is {len(prompt.token_ids)} tokens long: this server takes prompts of at "
+                              f"most {cap} tokens", where)
     try:
         check_context(prompts, [params] * len(prompts), limits.max_model_len, where)
     except ValueError as e:

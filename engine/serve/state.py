@@ -26,6 +26,7 @@ class ServerLimits:
     max_waiting: int = 64                # requests waiting in the shared engine's queue (past it: 429)
     max_tokens: int | None = None        # the most tokens one completion may ask for (None: the context)
     max_prompts: int = 64                # prompts in one /v1/completions request
+    max_prompt_tokens: int | None = None # the longest prompt, in tokens (None: what the context allows)
     max_body_bytes: int = 1 << 20        # a request body (past it: 413)
     retry_after_s: int = 1               # what a 429 tells the client to wait
 
@@ -33,8 +34,10 @@ class ServerLimits:
         for name in ("max_concurrent", "max_waiting", "max_prompts", "max_body_bytes", "retry_after_s"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"ServerLimits: {name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
-            raise ValueError(f"ServerLimits: max_tokens must be a positive integer or None, got {self.max_tokens!r}")
+        for name in ("max_tokens", "max_prompt_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"ServerLimits: {name} must be a positive integer or None, got {value!r}")
 
 
 @dataclass(slots=True)
@@ -48,8 +51,9 @@ class ApiCounts:
 
 class ApiState:
     def __init__(self, get_llm: Callable, api_key: str | None = None, limits: ServerLimits | None = None,
-                 served_model_name: str | None = None):
+                 served_model_name: str | None = None, source: str = "api"):
         self.get_llm = get_llm
+        self.source = source                 # begins every request id of this server's ("api-12")
         self.api_key = api_key or None
         self.limits = limits or ServerLimits()
         self.served_model_name = served_model_name
@@ -66,7 +70,8 @@ class ApiState:
         if self._model_limits is None or self._model_limits[0] is not llm:
             names = tuple(dict.fromkeys([self.model_name(llm), llm.config.name]))
             self._model_limits = (llm, ModelLimits(llm.tokenizer, llm.config.vocab_size, llm.engine.max_model_len,
-                                                   names, self.limits.max_tokens, self.limits.max_prompts))
+                                                   names, self.limits.max_tokens, self.limits.max_prompts,
+                                                   self.limits.max_prompt_tokens))
         return self._model_limits[1]
 
     def authorized(self, header: str | None) -> bool:

@@ -231,6 +231,25 @@ def test_leaving_mid_stream_aborts_the_request_and_frees_its_blocks(api, client,
     assert client.completions.create(model=model, prompt="After", max_tokens=2, extra_body=NO_EOS).choices[0].text
 
 
+def test_a_stream_begins_at_its_first_token_even_before_any_text(api, client, tiny_llm, model):
+    """The 200 and its headers go out with the first token, even when that token's text is held back (here:
+    all of it, since every prefix of the reply is a prefix of the stop string), so a client's timeout for
+    the headers never waits on the text."""
+    wait_for(lambda: idle_and_no_leak(tiny_llm), what="an idle engine")
+    held = 400
+    whole = client.completions.create(model=model, prompt="Hold it", max_tokens=held, **GREEDY,
+                                      extra_body=NO_EOS).choices[0].text
+    generated_before = tiny_llm.stats.generated
+    stream = client.completions.create(model=model, prompt="Hold it", max_tokens=1500, stream=True, **GREEDY,
+                                       stop=[whole + "\u0000"], extra_body=NO_EOS)   # returns with the headers
+    try:
+        # before the headers came with the first chunk of text, i.e. after the 400 held-back tokens
+        assert tiny_llm.stats.generated - generated_before < held
+    finally:
+        stream.close()
+    wait_for(lambda: idle_and_no_leak(tiny_llm), what="the request's blocks to be freed")
+
+
 def test_leaving_before_a_whole_answer_aborts_it_too(api, tiny_llm, model):
     wait_for(lambda: idle_and_no_leak(tiny_llm), what="an idle engine")
     disconnects = api.state.counts.disconnects
@@ -354,6 +373,20 @@ def test_a_full_queue_is_a_429_with_retry_after(tiny_llm, model):
         assert c.completions.create(model=model, prompt="Now", max_tokens=2).choices   # admitted again
     finally:
         busy.stop()
+
+
+def test_a_prompt_past_the_servers_length_limit_is_a_400_naming_it(tiny_llm, model):
+    short = ApiServer(tiny_llm, port=0, limits=ServerLimits(max_prompt_tokens=4)).start()
+    try:
+        c = openai.OpenAI(base_url=short.url, api_key="unused", max_retries=0, timeout=120)
+        with pytest.raises(openai.BadRequestError, match="5 tokens long: this server takes prompts of at most 4") as e:
+            c.completions.create(model=model, prompt=[1, 2, 3, 4, 5], max_tokens=1)
+        assert e.value.body["param"] == "prompt"
+        assert c.completions.create(model=model, prompt=[1, 2, 3, 4], max_tokens=1, extra_body=NO_EOS).choices
+    finally:
+        short.stop()
+    with pytest.raises(ValueError, match="max_prompt_tokens must be a positive integer"):
+        ServerLimits(max_prompt_tokens=0)
 
 
 def test_a_full_engine_queue_is_a_429_too():

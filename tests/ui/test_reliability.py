@@ -144,6 +144,58 @@ def test_a_closed_tab_frees_its_private_engines(own_server, browser, app_page_cl
     assert n["sandboxes"] == before, n
 
 
+def test_the_openai_api_runs_on_the_readers_engine_and_shows_on_the_dashboard(own_server, browser, app_page_class):
+    """`panel serve app` answers the OpenAI-compatible API at /v1 on the shared engine: the official client
+    lists the model and completes; a streamed request is drawn on the cover's dashboard as an API chip
+    beside the readers' requests; the readers' limits hold (max_tokens past the Generate widget's 128 is a
+    400 naming the field); a client that leaves frees its blocks."""
+    openai = pytest.importorskip("openai")
+    import threading
+    from app.openai_api import API_LIMITS
+    base, _ = own_server
+    wait_engine(base, lambda n: n["status"] == "ready", 120)
+    client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=60)
+    model = client.models.list().data[0].id
+    done = client.completions.create(model=model, prompt="The engine", max_tokens=4, temperature=0.0,
+                                     extra_body={"ignore_eos": True})
+    assert done.usage.completion_tokens == 4 and done.choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError, match="at most 128 tokens") as err:
+        client.completions.create(model=model, prompt="x", max_tokens=API_LIMITS.max_tokens + 1)
+    assert err.value.body["param"] == "max_tokens"
+
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    cover = app_page_class(ctx.new_page(), base + "/app")
+    cover.open("")
+    wait_live(cover.page, "engine-dashboard")
+    stop = threading.Event()
+
+    def keep_one_streaming():        # a stream at a time until the dashboard has drawn one (a slow machine
+        while not stop.is_set():     # may finish a whole reply between two of its refreshes)
+            # logprobs: a chunk for every token, so the loop sees `stop` at once (random weights decode to
+            # no text, and a token without text or logprobs sends no chunk)
+            stream = client.completions.create(model=model, prompt="Streaming from curl", max_tokens=128,
+                                               stream=True, logprobs=1, extra_body={"ignore_eos": True})
+            for _ in stream:
+                if stop.is_set():
+                    break
+            stream.close()           # the client goes away mid-reply: the engine aborts the request
+    streamer = threading.Thread(target=keep_one_streaming, daemon=True)
+    streamer.start()
+    try:
+        wait_text(cover.page, ".widget-engine-dashboard .dash-chips", "API ·", timeout_ms=60_000)
+        chip = cover.page.locator(".widget-engine-dashboard .dash-api").first
+        assert "OpenAI-compatible API" in chip.get_attribute("data-tip")
+    finally:
+        stop.set()
+        streamer.join(60)
+    assert not streamer.is_alive()
+    n = wait_engine(base, lambda n: n["running"] == 0 and n["kv_blocks_used"] == 0, 60)
+    assert n["running"] == 0 and n["kv_blocks_used"] == 0, n
+    cover.assert_clean()
+    ctx.close()
+    assert "Traceback" not in LOG.read_text()
+
+
 def test_dashboard_screenshots_on_the_cover_and_in_chapter_14(own_server, browser, app_page_class):
     from widgets.common.testing import widget_screenshots
     base, _ = own_server

@@ -45,6 +45,29 @@ def test_the_view_is_the_engines_latest_step_with_this_readers_request_marked(ll
     assert llm.stats.num_free_blocks == llm.stats.num_blocks           # both aborted, every block back
 
 
+def test_a_request_from_the_http_api_is_drawn_as_one(llm):
+    """The OpenAI-compatible API submits with source="api": its request ids begin "api-", and the dashboard
+    draws such a request as an API chip, neither the reader's own nor another reader's."""
+    params = SamplingParams(temperature=0.0, max_tokens=300, ignore_eos=True)
+    api = llm.stream({"prompt_token_ids": list(range(100, 120))}, params, source="api")
+    page = llm.stream({"prompt_token_ids": list(range(200, 220))}, params)
+    api_id, page_id = next(api).request_id, next(page).request_id
+    try:
+        assert api_id.startswith("api-") and not page_id.startswith("api-")
+        stats = llm.loop.read(lambda: llm.stats)
+        view = dashboard_view(stats, mine={page_id})
+        kinds = {e.request_id: e for e in stats.last.entries}
+        assert {api_id, page_id} <= set(kinds)          # both decode in every step now
+        html = dashboard_html(view, "measured on cpu")
+        assert html.count("dash-api") == 1 and "API · decode 1" in html and "OpenAI-compatible API" in html
+        assert html.count("dash-yours") == 1
+    finally:
+        api.close()
+        page.close()
+    with pytest.raises(ValueError, match="source must be a short word"):
+        next(llm.stream("x", params, source="api 1"))
+
+
 def test_open_dashboards_never_ask_the_engine_anything(llm, monkeypatch):
     boards = [EngineDashboard(LoadedEngine(llm)) for _ in range(50)]
     calls = []

@@ -4,18 +4,22 @@
 Every reader of this server submits to one engine (engine/engine_loop.py). After each step the loop
 publishes one small LoopStats record (``llm.stats``); ``dashboard_view`` turns one into plain numbers,
 the reader's own requests marked. Other readers' requests stay anonymous: the page knows only which
-ids are its own (widgets/common/sharing.py), never whose the others are.
+ids are its own (widgets/common/sharing.py), never whose the others are. A request sent to the server's
+OpenAI-compatible API (/v1/completions, a curl or an `openai` client) has an id beginning "api-" and is
+marked as such.
 """
 from __future__ import annotations
 
 from widgets.common.sandboxes import page_sandbox
 
+API_PREFIX = "api-"      # the OpenAI-compatible API's request ids (app/openai_api.py): a curl, not a page
+
 
 def dashboard_view(stats, mine: set[str] | frozenset = frozenset(), queued: int = 0) -> dict:
     """What the dashboard draws, from one LoopStats: plain numbers (also the saved first example)."""
     last = stats.last
-    batch = [{"yours": e.request_id in mine, "kind": e.kind, "tokens": e.num_tokens,
-              "cached": e.num_computed_before} for e in (last.entries if last else [])]
+    batch = [{"yours": e.request_id in mine, "api": e.request_id.startswith(API_PREFIX), "kind": e.kind,
+              "tokens": e.num_tokens, "cached": e.num_computed_before} for e in (last.entries if last else [])]
     used = stats.num_blocks - stats.num_free_blocks
     return {"step": last.step if last else None, "batch": batch,
             "step_tokens": last.num_batched_tokens if last else 0, "budget": stats.budget,

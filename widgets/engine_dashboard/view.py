@@ -25,10 +25,13 @@ def _bar(used: int, total: int, name: str, tip: str) -> str:
 def dashboard_html(view: dict, label: str) -> str:
     chips = []
     for i, e in enumerate(view["batch"][:MAX_CHIPS]):
-        who = "you" if e["yours"] else "reader"
-        tip = (f"{'your request' if e['yours'] else 'another reader’s request'}: {e['kind']} of "
-               f"{e['tokens']} token{'s' * (e['tokens'] != 1)}, {e['cached']} already in its KV cache")
-        chips.append(f'<span class="dash-chip dash-{"yours" if e["yours"] else "other"} dash-{esc(e["kind"])}" '
+        api = e.get("api", False)
+        who, whose, cls = (("you", "your request", "yours") if e["yours"] else
+                           ("API", "a request to the server’s OpenAI-compatible API (/v1)", "api") if api else
+                           ("reader", "another reader’s request", "other"))
+        tip = (f"{whose}: {e['kind']} of {e['tokens']} token{'s' * (e['tokens'] != 1)}, "
+               f"{e['cached']} already in its KV cache")
+        chips.append(f'<span class="dash-chip dash-{cls} dash-{esc(e["kind"])}" '
                      f'tabindex="0" data-link="dash-c{i}" data-tip="{esc(tip)}" title="{esc(tip)}">'
                      f'{who} · {esc(e["kind"])} {e["tokens"]}</span>')
     more = len(view["batch"]) - MAX_CHIPS
