@@ -8,6 +8,7 @@ Every layer of the engine reads these records, so they import nothing from it.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 
@@ -61,6 +62,12 @@ RANDOM_SHAPES: dict[str, ModelConfig] = {
 }
 
 
+# The embedded default's names, as a vLLM user would write them (the Hugging Face id) or as /v1/models
+# lists it: each means the embedded default (a Q4_1 GGUF of that model, fetched once), not a path.
+DEFAULT_MODEL_NAMES = frozenset({"HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct",
+                                 "SmolLM2-135M-Instruct.Q4_1"})
+
+
 @dataclass(slots=True)
 class EngineConfig:
     model: str | None = None            # None = the embedded default (SmolLM2-135M-Instruct); a GGUF file or
@@ -89,6 +96,8 @@ class EngineConfig:
     #                                     {"method": "ngram", "num_speculative_tokens": 4}; see SpeculativeConfig below
 
     def __post_init__(self) -> None:
+        if self.model in DEFAULT_MODEL_NAMES and not os.path.exists(self.model):
+            self.model = None           # vLLM's way of naming it: LLM(model="HuggingFaceTB/SmolLM2-135M-Instruct")
         if self.block_size <= 0:
             raise ValueError(f"block_size must be positive, got {self.block_size}")
         if self.preemption_mode not in ("recompute", "swap"):

@@ -397,3 +397,15 @@ def test_vllms_basic_example_runs_on_the_real_model(llm):
     greedy = real.generate("The capital of France is", SamplingParams(temperature=0.0, max_tokens=4, logprobs=1))
     first = greedy[0].outputs[0]
     assert "Paris" in first.text and first.logprobs[0][first.token_ids[0]].rank == 1
+
+
+def test_the_default_models_hugging_face_id_names_the_embedded_default(tmp_path, monkeypatch):
+    """vLLM's examples name a model by its Hugging Face id; ours, the embedded default, answers to its id and
+    to the names /v1/models lists, while a folder that exists under such a name is still read as a folder."""
+    from engine.config import DEFAULT_MODEL_NAMES, EngineConfig
+    for name in ("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1"):
+        assert name in DEFAULT_MODEL_NAMES and EngineConfig(model=name).model is None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "SmolLM2-135M-Instruct").mkdir()
+    assert EngineConfig(model="SmolLM2-135M-Instruct").model == "SmolLM2-135M-Instruct"
+    assert EngineConfig(model="HuggingFaceTB/SmolLM2-360M").model == "HuggingFaceTB/SmolLM2-360M"   # no alias
