@@ -16,6 +16,7 @@ import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..config import DEFAULT_MODEL_NAMES
 from .errors import APIError
 from .protocol import ModelLimits
 
@@ -68,7 +69,8 @@ class ApiState:
 
     def model_limits(self, llm) -> ModelLimits:
         if self._model_limits is None or self._model_limits[0] is not llm:
-            names = tuple(dict.fromkeys([self.model_name(llm), llm.config.name]))
+            aliases = sorted(DEFAULT_MODEL_NAMES) if llm.config.name in DEFAULT_MODEL_NAMES else []
+            names = tuple(dict.fromkeys([self.model_name(llm), llm.config.name, *aliases]))   # the first is reported
             self._model_limits = (llm, ModelLimits(llm.tokenizer, llm.config.vocab_size, llm.engine.max_model_len,
                                                    names, self.limits.max_tokens, self.limits.max_prompts,
                                                    self.limits.max_prompt_tokens))

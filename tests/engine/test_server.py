@@ -442,3 +442,16 @@ def test_the_real_model_answers_through_the_api(llm):
         assert "Paris" in r.choices[0].message.content
     finally:
         server.stop()
+
+
+def test_the_default_model_answers_to_its_hugging_face_id_too():
+    from types import SimpleNamespace
+
+    from engine.serve import ApiState
+    fake = SimpleNamespace(tokenizer=None, config=SimpleNamespace(name="SmolLM2-135M-Instruct.Q4_1", vocab_size=8),
+                           engine=SimpleNamespace(max_model_len=64))
+    names = ApiState(lambda: fake).model_limits(fake).model_names
+    assert names[0] == "SmolLM2-135M-Instruct.Q4_1" and "HuggingFaceTB/SmolLM2-135M-Instruct" in names
+    other = SimpleNamespace(tokenizer=None, config=SimpleNamespace(name="tiny", vocab_size=8),
+                            engine=SimpleNamespace(max_model_len=64))
+    assert ApiState(lambda: other, served_model_name="mine").model_limits(other).model_names == ("mine", "tiny")
