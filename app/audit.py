@@ -72,6 +72,7 @@ def page_queries() -> list[tuple[str, str]]:
 def wait_settled(page, timeout_ms: int = 30_000) -> None:
     """The page has rendered (the pre-painted text swapped for the live page) and no widget is still
     loading or computing its first result (or the time is up: axe then reads what is there)."""
+    page.wait_for_selector("#ex-preview", state="detached", timeout=timeout_ms)
     page.wait_for_selector(".ex-main h1", state="visible", timeout=timeout_ms)
     try:
         page.wait_for_function(

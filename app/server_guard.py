@@ -5,6 +5,7 @@ readable rate.
 Bokeh builds its Tornado application and HTTP server before our start-up hook runs and keeps no
 reference to them a hook can reach, so `install` finds the two objects once, at start-up, by type.
 
+* **Compression.** gzip for every text response (`_Compress`), which Bokeh does not do.
 * **Long addresses.** Tornado reads at most 64 KB of request line and headers and, past that, drops
   the connection without a word (the browser shows an empty response, the log shows nothing). We let
   it read up to 1 MiB and answer anything longer than MAX_URI_BYTES with 414 and a sentence, logged.
@@ -27,7 +28,7 @@ import time
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import PeriodicCallback
 from tornado.routing import Matcher, PathMatches, Rule
-from tornado.web import Application, RequestHandler
+from tornado.web import Application, GZipContentEncoding, RequestHandler
 
 log = logging.getLogger("app.server")
 
@@ -89,11 +90,25 @@ def install(server_context) -> None:
             obj.conn_params.max_header_size = READ_LIMIT_BYTES
         elif isinstance(obj, Application) and hasattr(obj, "_applications"):     # Bokeh's Tornado app
             from app.openai_api import api_rules
+            if _Compress not in obj.transforms:
+                obj.transforms.append(_Compress)
             obj.default_router.rules[:0] = [Rule(_LongURI(), _TooLong),
                                             Rule(PathMatches(r"/engine\.json"), _EngineJSON),
                                             *(Rule(PathMatches(pattern), handler, kwargs)
                                               for pattern, handler, kwargs in api_rules())]
     PeriodicCallback(_EngineLog(server_context), max(LOG_EVERY_S, 0.5) * 1000).start()
+
+
+class _Compress(GZipContentEncoding):
+    """gzip for pages, scripts, styles and JSON, for clients that accept it: Bokeh serves none of it
+    compressed, and a chapter's first load was 4.8 MB (3.9 MB of it Bokeh's and Panel's scripts), about
+    1.4 MB compressed. Level 1: 70 ms of one core for a reader's first page, not 270 ms at the default 6,
+    for a few percent more bytes (the scripts are then cached for a year). Server-sent events are left
+    alone, so each token of an API stream leaves at once."""
+    GZIP_LEVEL = 1
+
+    def _compressible_type(self, ctype: str) -> bool:
+        return not ctype.startswith("text/event-stream") and super()._compressible_type(ctype)
 
 
 class _EngineLog:

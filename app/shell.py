@@ -46,15 +46,42 @@ def html_pane(markup: str, dark: bool, css_classes: list[str] | None = None, mat
                         css_classes=css_classes or [], sizing_mode="stretch_width", margin=(0, 0), **kw)
 
 
-# Added to the <head> of Panel's page template: phones lay out at their real width (without this
-# they pretend to be 980 px wide), and the dark theme tells the browser to draw dark scrollbars.
-_HEAD = """{% block preamble %}{{ super() }}
+# Panel's page template, extended. In the <head>: phones lay out at their real width (without this they
+# pretend to be 980 px wide), the dark theme draws dark scrollbars, and app.css styles the preview.
+# The page paints at once: Bokeh's and Panel's scripts (3.9 MB, in the head by default, where they block
+# every paint until they have loaded) move into the body, after a preview of the page — its header,
+# contents and text, rendered on the server — that the reader reads while they load. app.js removes the
+# preview once Bokeh has drawn the live page under it (it covers the page until then, so nothing shifts).
+_TEMPLATE = """{% block preamble %}{{ super() }}
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="description" content="An interactive explainer of LLM and vLLM inference, from the ground up.">
 {% if theme_name == "dark" %}<meta name="color-scheme" content="dark">{% endif %}
+<link rel="stylesheet" href="{{ app_css }}">
 {% endblock %}
+{% block js_resources %}{% endblock %}
 {% block postamble %}{{ super() }}<script src="{{ app_js }}" defer></script>
-<script src="{{ widgets_js }}" defer></script>{% endblock %}"""
+<script src="{{ widgets_js }}" defer></script>{% endblock %}
+{% block contents %}<div id="ex-preview" class="ex-preview{% if theme_name == 'dark' %} ex-preview-dark{% endif %}">
+{{ preview_html | safe }}</div>
+{{ bokeh_js }}
+{{ super() }}{% endblock %}"""
+
+_MATH = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+
+
+def preview_html(header: str, sidebar: str, main: list) -> str:
+    """What the reader sees while the scripts load: the header, the contents and every text pane of the
+    main column as they will be, a placeholder for each widget. Math shows as its TeX source (MathJax is
+    one of the scripts being loaded), in the style of code."""
+    parts = []
+    for item in main:
+        if isinstance(item, pn.pane.HTML):
+            parts.append(_MATH.sub(lambda m: f'<code class="ex-preview-math">{m.group(1) or m.group(2)}</code>',
+                                   item.object or ""))
+        else:
+            parts.append('<p class="ex-preview-widget">The live widget appears here once the page has loaded.</p>')
+    return (f'<div class="ex-header-row"><div class="ex-header">{header}</div></div><div class="ex-preview-shell">'
+            f'<div class="ex-sidebar">{sidebar}</div><div class="ex-main">{"".join(parts)}</div></div>')
 
 
 class _Landmark:
@@ -82,7 +109,9 @@ def page(*, title: str, header: str, sidebar: str, main: list, dark: bool,
     """The whole page; ``status`` (the engine's state) sits in the header row beside the links."""
     doc = pn.state.curdoc
     if doc is not None:
-        doc.template = _HEAD          # Panel renders a str template as `{% extends base %}` + it
+        doc.template = _TEMPLATE      # Panel renders a str template as `{% extends base %}` + it
+        doc.template_variables["app_css"] = static_url("app.css")
+        doc.template_variables["preview_html"] = preview_html(header, sidebar, main)
         doc.template_variables["app_favicon"] = static_url("favicon.svg")
         doc.template_variables["apple_icon"] = static_url("favicon.svg")
         doc.template_variables["app_js"] = static_url("app.js")

@@ -3,6 +3,22 @@
 (function () {
   "use strict";
 
+  // 0. The preview (app/shell.py) covers the page while Bokeh's scripts load and draw it; it goes once
+  //    Bokeh's document is idle (every root drawn). If the live page never comes (no websocket), the
+  //    preview stays: the text is still there to read.
+  const preview = document.getElementById("ex-preview");
+  if (preview) {
+    const drawn = () => {
+      const doc = window.Bokeh && window.Bokeh.documents && window.Bokeh.documents[0];
+      if (!doc) return false;
+      const idle = typeof doc.is_idle === "function" ? doc.is_idle() : doc.is_idle;
+      return idle && document.querySelector("[data-root-id] ~ *, [data-root-id] > *") !== null;
+    };
+    const poll = setInterval(() => {
+      if (drawn()) { clearInterval(poll); preview.remove(); }
+    }, 50);
+  }
+
   function deepFind(root, id) {
     const hit = root.getElementById ? root.getElementById(id) : null;
     if (hit) return hit;

@@ -125,8 +125,10 @@ class AppPage:
         return self.page
 
     def wait_rendered(self):
-        # Bokeh has rendered the document and our main column is in it (Playwright's CSS engine
-        # pierces the open shadow roots Bokeh renders into).
+        # Bokeh has rendered the document, so app.js removed the server-rendered preview that covered it,
+        # and our main column is in it (Playwright's CSS engine pierces the open shadow roots Bokeh
+        # renders into). Before that, the same selectors would find the preview's copies.
+        self.page.wait_for_selector("#ex-preview", state="detached", timeout=30_000)
         self.page.wait_for_selector(".ex-main .prose h1, .ex-main h1", timeout=30_000)
 
     def screenshot(self, name: str, full_page: bool = False):
