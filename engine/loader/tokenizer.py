@@ -52,7 +52,9 @@ class TextTokenizer:
         self.bos_token_id, self.eos_token_id = bos_token_id, eos_token_id
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         decoder = _gpt2_byte_decoder()
-        specials = {t.content for t in tok.get_added_tokens_decoder().values()}
+        added = tok.get_added_tokens_decoder()
+        self.special_ids = frozenset(i for i, t in added.items() if t.special)   # <|im_start|> and its kind
+        specials = {t.content for t in added.values()}
         # Raw bytes of every token: lets us place tokens in the text exactly, byte by byte.
         self._bytes: list[bytes] = []
         for i in range(self.vocab_size):

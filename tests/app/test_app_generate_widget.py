@@ -46,6 +46,18 @@ def test_first_paint_is_the_saved_example_while_loading():
     assert "Forward passes" in w._stats.object and "recorded on" in w._stats.object
 
 
+def test_the_saved_reply_shows_what_the_model_read_inside_the_chat_template():
+    """Chapter 1's counter says "37 tokens computed" for a 7-token question: the widget shows those 37
+    tokens, the reader's 7 among the template's, its special tokens marked (ux review, chapter 1)."""
+    w = GenerateWidget(FakeHandle(EngineStatus.LOADING))
+    stats = w._stats.object
+    assert "What the model reads: 37 tokens, your 7 inside the model&#x27;s chat template" in stats or \
+        "What the model reads: 37 tokens, your 7 inside the model's chat template" in stats
+    assert stats.count('class="gen-ptok gen-p-yours"') == 7
+    assert stats.count('class="gen-ptok gen-p-special"') == 5 and "&lt;|im_start|&gt;</span>" in stats
+    assert "prompt: 37 tokens computed" in stats
+
+
 def test_failed_engine_is_explained_not_blank():
     w = GenerateWidget(FakeHandle(EngineStatus.FAILED, detail="OSError: no disk"))
     assert 'data-state="failed"' in w.gate.pane.object and "no disk" in w.gate.pane.object and w._button.disabled

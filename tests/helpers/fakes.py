@@ -2,9 +2,11 @@
 trace like the engine's, and an engine handle in any state."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from engine import ScheduledEntry, StepRecord
+from engine.loader.tokenizer import Encoding
 from widgets.common.handle import EngineSnapshot, EngineStatus
 
 
@@ -15,6 +17,26 @@ class _Ev:
     text_delta: str
     finished: bool
     finish_reason: str | None = None
+
+
+class FakeTokenizer:
+    """Words and runs of spaces as tokens; "<s>" is the one special token. Enough for prompt_pieces."""
+    special_ids = frozenset({0})
+
+    def __init__(self):
+        self.pieces: dict[int, str] = {0: "<s>"}
+
+    def encode(self, text: str) -> Encoding:
+        ids, spans = [], []
+        for m in re.finditer(r"<s>|\S+|\s+", text):
+            tid = 0 if m[0] == "<s>" else len(self.pieces)
+            self.pieces.setdefault(tid, m[0])
+            ids.append(tid)
+            spans.append(m.span())
+        return Encoding(ids, spans)
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.pieces[i] for i in ids)
 
 
 class FakeLLM:
@@ -28,6 +50,10 @@ class FakeLLM:
         self.records: list[StepRecord] = [StepRecord(0, 0.0, 0.0, 0.01, 0.0)]   # someone else's step
         self.closed = False
         self.seen_max_tokens = None
+        self.tokenizer = FakeTokenizer()
+
+    def format_prompt(self, prompt: str, chat: bool) -> str:
+        return f"<s>user {prompt} <s>assistant " if chat else prompt
 
     def num_steps(self):
         return len(self.records)

@@ -164,6 +164,27 @@ def test_passes_chunked_prefill_preemption_and_sharing():
     assert "2 of 5 passes shared with other requests" in lines
 
 
+def test_a_streaming_counter_shows_only_the_passes_behind_the_tokens_received():
+    """The engine often runs the next pass while a token travels to the page: counted from the trace as
+    it stands, the counter read one pass ahead of the tokens on screen (ux review, chapter 1)."""
+    records = [_rec(0, ScheduledEntry("r", 1, "prefill", 7, 0))] + [
+        _rec(i, ScheduledEntry("r", 1, "decode", 1, 6 + i)) for i in range(1, 5)]
+    p = request_passes(records, "r")
+    assert (p.passes, p.decode_passes) == (5, 4)
+    seen = p.upto(2)                                   # 2 tokens on the page: the prefill's and one decode's
+    assert (seen.passes, seen.prefill_passes, seen.decode_passes, len(seen.decode_s)) == (2, 1, 1, 1)
+    assert p.upto(1).passes == 1 and p.upto(0).passes == 1
+    assert p.upto(5) is p and p.upto(9) is p           # every pass already has its token
+
+
+def test_a_busy_server_is_named_in_the_counter():
+    others = [ScheduledEntry(f"o{i}", 10 + i, "decode", 1, 40) for i in range(3)]
+    busy = request_passes([_rec(0, ScheduledEntry("r", 1, "prefill", 5, 0), *others)], "r")
+    assert busy.most_others == 3 and any("up to 3 at once: a busy server" in line for line in describe(busy))
+    pair = request_passes([_rec(0, ScheduledEntry("r", 1, "prefill", 5, 0), others[0])], "r")
+    assert not any("busy server" in line for line in describe(pair))
+
+
 def test_passes_prefix_cache_hit():
     p = request_passes([_rec(7, ScheduledEntry("r", 1, "prefill", 3, 15, 15))], "r")
     assert describe(p)[0] == "prompt: 3 of 18 tokens computed, 15 from the prefix cache"

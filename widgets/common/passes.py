@@ -14,7 +14,7 @@ Times are the engine's own: each step's wall time (schedule + forward + sample),
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 
 from widgets.common.text import plural
@@ -30,6 +30,7 @@ class RequestPasses:
     preemptions: list[str] = field(default_factory=list)   # "recompute" | "swap", in order
     recomputed_tokens: int = 0         # tokens computed again after a preemption
     shared_passes: int = 0             # passes in which other requests ran in the same batch
+    most_others: int = 0               # the most other requests in one of its passes (a busy server)
     prefill_s: float = 0.0             # wall time of the steps that ran its prefill
     decode_s: list[float] = field(default_factory=list)   # wall time of each of its decode steps
 
@@ -40,6 +41,18 @@ class RequestPasses:
     @property
     def decode_median_s(self) -> float | None:
         return median(self.decode_s) if self.decode_s else None
+
+    def upto(self, tokens: int) -> RequestPasses:
+        """The passes behind the first ``tokens`` generated tokens only. While a reply streams, the engine
+        is often a step ahead of the tokens the page has received (it ran the next pass while this token
+        travelled), and a counter that showed that step would read one pass more than the tokens on
+        screen. The prefill's last pass gives the first token and each decode pass one more."""
+        extra = self.decode_passes - max(tokens - 1, 0)
+        if extra <= 0:
+            return self
+        return replace(self, passes=self.passes - extra, decode_passes=self.decode_passes - extra,
+                       shared_passes=min(self.shared_passes, self.passes - extra),
+                       decode_s=self.decode_s[:len(self.decode_s) - extra])
 
 
 def request_passes(records, request_id: str) -> RequestPasses:
@@ -57,6 +70,7 @@ def request_passes(records, request_id: str) -> RequestPasses:
         entry = mine[0]
         p.passes += 1
         p.shared_passes += len(rec.entries) > 1
+        p.most_others = max(p.most_others, len(rec.entries) - 1)
         if entry.kind == "prefill":
             p.prefill_passes += 1
             p.prefill_s += rec.wall_s
@@ -96,4 +110,7 @@ def describe(p: RequestPasses) -> list[str]:
         lines.append(f"preempted {times} ({modes}): {plural(p.recomputed_tokens, 'token')} computed again")
     if p.shared_passes:
         lines.append(f"{p.shared_passes} of {plural(p.passes, 'pass', 'passes')} shared with other requests")
+        if p.most_others >= 2:             # other readers are generating too: every pass does more work
+            lines[-1] += (f" (up to {p.most_others} at once: a busy server, so each pass takes longer than it "
+                          f"would for you alone)")
     return lines

@@ -8,6 +8,7 @@ readers' requests shared its passes. Times are the steps' wall times as the engi
 
     reply = run_generation(llm, "What is the capital of France?", 32, chat=True)
     reply.tokens   [(token id, the text it completed), ...]      reply.passes   RequestPasses
+    reply.prompt_tokens   what the model read: [(text, "yours" | "template" | "special"), ...]
 """
 from __future__ import annotations
 
@@ -26,6 +27,25 @@ class Reply:
     passes: RequestPasses = field(default_factory=RequestPasses)
     reason: str | None = None                                     # set once the reply has ended
     queued: int | None = None                                     # waiting for a seat: place in the queue
+    prompt_tokens: list[tuple[str, str]] = field(default_factory=list)   # what the model read (prompt_pieces)
+
+
+def prompt_pieces(llm, prompt: str, chat: bool) -> list[tuple[str, str]]:
+    """What the model reads for this prompt, one (text, role) per token: "yours" for the reader's own
+    words, "special" for the chat template's special tokens (<|im_start|>, <|im_end|>), "template" for
+    the rest of the template (its system turn, the role names, line breaks). A 7-token question becomes
+    37 tokens this way: chapter 1's counter says "37 tokens computed", and this shows why."""
+    tok = llm.tokenizer
+    text = llm.format_prompt(prompt, chat)
+    enc = tok.encode(text)
+    start = text.rfind(prompt)                # the user's turn: the template writes the prompt once, last
+    end = start + len(prompt)
+    out = []
+    for tid, (a, b) in zip(enc.ids, enc.spans):
+        role = ("special" if tid in tok.special_ids else
+                "yours" if start >= 0 and start <= a and b <= end else "template")
+        out.append((tok.decode([tid]), role))
+    return out
 
 
 def run_generation(llm, prompt: str, max_tokens: int, chat: bool, should_stop=lambda: False,
@@ -46,7 +66,7 @@ def run_generation(llm, prompt: str, max_tokens: int, chat: bool, should_stop=la
 def _stream_reply(llm, prompt, max_tokens, chat, should_stop, post, reader: Reader, on_cancel) -> Reply:
     from engine import SamplingParams
     start = llm.num_steps()
-    reply, request_id, last_post = Reply(), None, 0.0
+    reply, request_id, last_post = Reply(prompt_tokens=prompt_pieces(llm, prompt, chat)), None, 0.0
     stream = llm.stream(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens), chat=chat)
     try:
         for ev in stream:
@@ -64,8 +84,9 @@ def _stream_reply(llm, prompt, max_tokens, chat, should_stop, post, reader: Read
                 break
             if time.monotonic() - last_post >= POST_EVERY_S:
                 last_post = time.monotonic()
-                reply.passes = request_passes(llm.trace_since(start), request_id)
-                post(Reply(list(reply.tokens), reply.passes))
+                # only the passes behind the tokens received so far: the engine may be a step ahead
+                reply.passes = request_passes(llm.trace_since(start), request_id).upto(len(reply.tokens))
+                post(Reply(list(reply.tokens), reply.passes, prompt_tokens=reply.prompt_tokens))
     finally:
         stream.close()             # stopped early: the engine aborts the request and frees its blocks
         reader.requests.discard(request_id)
@@ -77,7 +98,7 @@ def _stream_reply(llm, prompt, max_tokens, chat, should_stop, post, reader: Read
 def reply_record(reply: Reply) -> dict:
     """A finished reply as JSON-able data (what the saved example keeps per prompt)."""
     p = reply.passes
-    return {"tokens": reply.tokens, "reason": reply.reason,
+    return {"tokens": reply.tokens, "reason": reply.reason, "prompt_tokens": reply.prompt_tokens,
             "passes": {"passes": p.passes, "prefill_passes": p.prefill_passes,
                        "decode_passes": p.decode_passes, "chunks": p.chunks,
                        "cached_prompt_tokens": p.cached_prompt_tokens,
@@ -87,4 +108,5 @@ def reply_record(reply: Reply) -> dict:
 def saved_reply(d: dict) -> Reply:
     """The Reply a saved record was made from."""
     passes = RequestPasses(**{k: v for k, v in d["passes"].items() if k in RequestPasses.__slots__})
-    return Reply([tuple(t) for t in d["tokens"]], passes, d["reason"])
+    return Reply([tuple(t) for t in d["tokens"]], passes, d["reason"],
+                 prompt_tokens=[tuple(t) for t in d.get("prompt_tokens", [])])

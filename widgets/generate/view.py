@@ -3,6 +3,7 @@ the pass counter with its times. Every piece of reader or model text is escaped 
 from __future__ import annotations
 
 from widgets.common import describe, esc, label_html, measured
+from widgets.common.text import plural, show_token
 from widgets.common.sharing import SEATS
 from widgets.generate.compute import Reply
 
@@ -39,4 +40,28 @@ def stats_html(reply: Reply, llm, label: str | None = None) -> str:
         lines.append({"stop": "stopped: end of reply", "length": "stopped: token limit",
                       "abort": "stopped early"}.get(reply.reason, f"stopped: {esc(reply.reason)}"))
     items = "".join(f"<li>{line}</li>" for line in lines)
-    return f'<div class="gen-stats"><p>{head}</p><ul>{items}</ul></div>'
+    return f'<div class="gen-stats"><p>{head}</p><ul>{items}</ul>{prompt_html(reply.prompt_tokens)}</div>'
+
+
+ROLE_TIPS = {"yours": "your text", "template": "added by the chat template",
+             "special": "a special token of the chat template: it marks where a turn begins or ends"}
+
+
+def prompt_html(pieces: list[tuple[str, str]]) -> str:
+    """What the model read, token by token, in a disclosure: the reader's words among the template's."""
+    if not pieces:
+        return ""
+    yours = sum(role == "yours" for _, role in pieces)
+    if yours == len(pieces):
+        summary = f"What the model reads: your {plural(yours, 'token')}"
+    else:
+        summary = (f"What the model reads: {plural(len(pieces), 'token')}, your {yours} inside the model's "
+                   f"chat template")
+    chips = "".join(f'<span class="gen-ptok gen-p-{role}" title="{esc(ROLE_TIPS[role])}">{esc(show_token(text))}</span>'
+                    for text, role in pieces)
+    note = ("" if yours == len(pieces) else
+            '<p class="gen-tpl-note">Boxed: special tokens that open and close each turn. The template adds a '
+            "system turn before yours and opens the assistant's turn after it: the model was trained to "
+            "continue from there, so that is where its reply begins. Highlighted: your words.</p>")
+    return (f'<details class="gen-template"><summary>{summary}</summary>'
+            f'<div class="gen-ptoks">{chips}</div>{note}</details>')
