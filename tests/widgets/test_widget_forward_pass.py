@@ -81,6 +81,19 @@ def test_saved_example_is_fresh(llm, one_torch_thread):
     assert_example_fresh("forward-pass", llm, ranks={"answer_rank"})
 
 
+def test_an_invisible_token_is_shown_with_a_mark_not_an_escape():
+    """Block 1's second guess for "The capital of France is" is token 15442, a no-break space: chapter 9
+    printed it as Python's "\\xa0" (and the table as a blank). It must read as a visible mark."""
+    from widgets.common.examples import load_example
+    from widgets.forward_pass.view import layer_html, lens_table_html
+
+    d = load_example("forward-pass").data
+    assert any(text == "\xa0" for _i, text, _p in d["lens"][1]["top"])       # the case the review found
+    html = layer_html(d, 1, "x") + lens_table_html(d, 1)
+    assert "&#92;x" not in html and "\\x" not in html and "\xa0" not in html
+    assert "⍽" in html
+
+
 # -- the widget, without a browser ----------------------------------------------------------------
 def settle(w: ForwardPassWidget) -> None:
     assert w.jobs.wait_idle(120)

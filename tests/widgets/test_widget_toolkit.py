@@ -126,7 +126,11 @@ def test_escaping_and_limits():
     assert clip("abc", 4) == ("abc", None)
     assert clamp(500, 1, 128, "Max new tokens") == (128, "Max new tokens is 1–128: using 128, not 500.")
     assert clamp("x", 1, 128, "N")[0] == 1 and clamp(7, 1, 128, "N") == (7, None)
-    assert show_token(" is\n") == "␣is↵" and show_token("\x07") == "\\x07"
+    assert show_token(" is\n") == "␣is↵" and show_token("\x07") == "␇"
+    # an invisible character gets a mark a reader can read, never Python's escape text (ch. 9 showed "\xa0")
+    assert show_token("\xa0") == "⍽" and show_token("\u200d") == "‹U+200D›"
+    invisible = [chr(c) for c in range(0x30000) if not chr(c).isprintable() and not 0xD800 <= c < 0xE000]
+    assert all(show_token(c).isprintable() and "\\" not in show_token(c) for c in invisible)
 
 
 def test_labels_say_where_numbers_come_from():

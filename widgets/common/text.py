@@ -7,7 +7,7 @@
 Every helper returns the note to show beside the input (or None), so a limit is never silent.
 ``esc`` also hides ``$`` and ``\\`` behind HTML entities: Panel's HTML pane typesets ``$…$`` as math,
 and a reader's dollar sign must stay a dollar sign. ``show_token`` writes one token's text the way
-the chapters do, with ␣ for a leading space and visible escapes for control characters.
+the chapters do, with ␣ for a leading space and a visible mark for control characters and other invisible ones.
 """
 from __future__ import annotations
 
@@ -42,14 +42,34 @@ def clamp(value, lo: int, hi: int, what: str) -> tuple[int, str | None]:
 _CONTROL = {"\n": "↵", "\t": "⇥", "\r": "␍"}
 
 
+def _visible(c: str) -> str:
+    """A mark a reader can see for a character that prints as nothing (never Python's "\\xa0").
+
+    Control characters get Unicode's own pictures (U+0007 bell -> ␇, delete -> ␡); a space other than
+    the plain one (no-break U+00A0, thin U+2009, ...) gets ⍽, the keyboard symbol for a no-break space,
+    so it reads as a space yet differs from ␣; anything else invisible (a zero-width joiner, a soft
+    hyphen) is named by its code point."""
+    if c.isprintable():
+        return c
+    code = ord(c)
+    if code < 0x20:
+        return chr(0x2400 + code)
+    if code == 0x7F:
+        return "␡"
+    if c.isspace():
+        return "⍽"
+    return f"‹U+{code:04X}›"
+
+
 def show_token(piece: str) -> str:
-    """One token's text for a label (not escaped): ␣ for spaces, ↵ ⇥ for line breaks and tabs."""
+    """One token's text for a label (not escaped): ␣ for spaces, ↵ ⇥ for line breaks and tabs, and a
+    visible mark for any other character that would print as nothing (see ``_visible``)."""
     if not piece:
         return "∅"
     out = piece.replace(" ", "␣")
     for ch, mark in _CONTROL.items():
         out = out.replace(ch, mark)
-    return "".join(c if c.isprintable() or c in "␣↵⇥␍" else f"\\x{ord(c):02x}" for c in out)
+    return "".join(_visible(c) for c in out)
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:
