@@ -116,6 +116,28 @@ def test_html_escapes_model_and_reader_text():
     assert "rounds" in sim_stats_html(sim, 0.05, "modelled")
 
 
+def test_a_count_of_one_is_singular():
+    """The review read "1 target passes produced 1 tokens" and "1 tokens from one target pass"."""
+    import re
+
+    def text(html: str) -> str:
+        return re.sub(r"<[^>]+>", "", html)
+
+    one = text(engine_stats_html({"passes": 1, "tokens": 1, "tokens_per_pass": 1.0, "drafts": 0, "accepted": 0,
+                                  "a": None, "acceptance_rate": None, "tokens_per_verify_pass": None,
+                                  "closed_form": None, "k": 4}, "measured on cpu"))
+    assert "1 target pass produced 1 token:" in one
+    assert "1 token from one target pass" in text(round_html([False, None, None, None], 4))
+    sim = Simulator(seed=2)
+    sim.run(0.8, 4, 1)
+    assert "1 round:" in text(sim_stats_html(sim, 0.05, "modelled"))
+    many = text(engine_stats_html({"passes": 3, "tokens": 7, "tokens_per_pass": 7 / 3, "drafts": 8, "accepted": 4,
+                                   "a": 0.8, "acceptance_rate": 0.5, "tokens_per_verify_pass": 3.0,
+                                   "closed_form": 3.36, "k": 4}, "measured on cpu"))
+    assert "3 target passes produced 7 tokens:" in many
+    assert not re.search(r"\b1 (tokens|passes|target passes|rounds|drafts|steps)\b", one + many)
+
+
 def test_saved_example_is_fresh(llm):
     import widgets.speculative_decoding.widget  # noqa: F401  (registers the example)
     assert_example_fresh("speculative-decoding", llm)

@@ -93,13 +93,19 @@ def legend_html() -> str:
         for s, w in items) + "</p>"
 
 
+def _count(n: int, one: str, css: str, many: str | None = None) -> str:
+    """``plural`` with the number in bold under ``css`` (the browser tests read it): "<b>1</b> token"."""
+    return plural(n, one, many).replace(f"{n:,}", f'<b class="{css}">{n:,}</b>', 1)
+
+
 def engine_stats_html(s: dict, label: str) -> str:
     if not s or not s.get("passes"):
         return '<div class="sd-stats sd-engine-stats"><p class="placeholder">Numbers appear after the first step.</p></div>'
     a = s["a"]
     closed = s["closed_form"]
     lines = [
-        f'<b class="sd-passes">{s["passes"]}</b> target passes produced <b class="sd-tokens">{s["tokens"]}</b> tokens: '
+        f'{_count(s["passes"], "target pass", "sd-passes", "target passes")} produced '
+        f'{_count(s["tokens"], "token", "sd-tokens")}: '
         f'<b class="sd-tpp">{_num(s["tokens_per_pass"])}</b> per pass (plain decoding: 1).',
         f'Drafts: {s["drafts"]} proposed, {s["accepted"]} kept. a = kept / judged = <b class="sd-a">{_num(a)}</b> '
         f'(vLLM\'s kept / proposed: {_num(s["acceptance_rate"])}).',
@@ -127,7 +133,7 @@ def round_html(verdicts: list[bool | None], k: int) -> str:
     chips.append(chip("target", last))
     kept = sum(1 for v in verdicts if v)
     return (f'<div class="sd-round"><span class="sd-chips">{"".join(chips)}</span>'
-            f'<span class="sd-what">{kept} of {k} kept: {kept + 1} tokens from one target pass</span></div>')
+            f'<span class="sd-what">{kept} of {k} kept: {plural(kept + 1, "token")} from one target pass</span></div>')
 
 
 def sim_stats_html(sim, draft_cost: float, label: str) -> str:
@@ -136,7 +142,7 @@ def sim_stats_html(sim, draft_cost: float, label: str) -> str:
                 f'<b class="sd-closed">{sim.closed_form:.3f}</b> tokens per target pass {label_html(label)}.</p></div>')
     full = " (the tally stops at 100,000 rounds)" if sim.full else ""
     return ('<div class="sd-stats sd-sim-numbers">'
-            f'<p><b class="sd-rounds">{sim.rounds:,}</b> rounds{full}: <b class="sd-sim-tpp">{sim.tokens_per_pass:.3f}</b> '
+            f'<p>{_count(sim.rounds, "round", "sd-rounds")}{full}: <b class="sd-sim-tpp">{sim.tokens_per_pass:.3f}</b> '
             f'tokens per target pass; the closed form says <b class="sd-closed">{sim.closed_form:.3f}</b>.</p>'
             f'<p>With a draft step costing c = {draft_cost:.2f} of a target step, a round costs 1 + k·c = '
             f'{1 + sim.k * draft_cost:.2f} target steps: speed-up <b class="sd-speedup">{sim.speedup(draft_cost):.2f}×</b> '
