@@ -11,7 +11,7 @@ from playwright.sync_api import expect  # noqa: E402
 
 
 from widgets.modelled.hardware import MODELS  # noqa: E402
-from widgets.common.testing import wait_text, widget_screenshots  # noqa: E402
+from widgets.common.testing import wait_live, wait_text, widget_screenshots  # noqa: E402
 from widgets.data_flow.view import render  # noqa: E402
 
 pytestmark = pytest.mark.ui
@@ -58,6 +58,11 @@ def test_draws_and_follows_model_batch_and_context(app):
 
     page.locator(f"{W} .df-gpu button", has_text="H200").click()
     wait_text(page, f"{W} .df-caption", "on an H200")
+    # once the model is up the status line says what these numbers are: modelled, never "Live"
+    wait_live(page, "data-flow")
+    status = page.locator(f'{W} .w-status[data-state="live"]').first.inner_text()
+    assert status.startswith("Modelled:") and "Live" not in status
+    assert "not recorded yet" not in page.locator(W).first.inner_text()
     app.assert_clean()
 
 

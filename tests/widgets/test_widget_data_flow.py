@@ -120,12 +120,15 @@ def test_recorded_figures_come_from_the_recorded_file():
     assert exact.value.startswith("62.0 µs, 3,252 GB/s") and "at this batch and context" in exact.detail
 
 
-def test_missing_decode_step_says_not_recorded_yet(monkeypatch):
+def test_a_missing_recorded_file_is_said_plainly_to_the_reader(monkeypatch):
+    """No GPU figure is invented, and no developer's placeholder ("not recorded yet — python -m … will
+    record it") reaches the page: the reader is told no measurement shipped and the rest is modelled."""
     monkeypatch.setattr(rec, "load_recorded", lambda name: None)
     figs = rec.beside(8, 2048, GPUS["H200"].bandwidth)
-    assert all(f.value == "not recorded yet" and f.label is None for f in figs)
+    assert all(f.value == rec.MISSING and f.label is None for f in figs)
     html = render(MODELS, "Llama-3-8B", "H100 SXM", 8, 2048)["beside"]
-    assert html.count("not recorded yet") >= 2
+    assert html.count("no GPU measurement ships with this page") == 3
+    assert "not recorded yet" not in html and "python -m" not in html
 
 
 def test_a_recorded_decode_step_is_shown_with_its_label(monkeypatch):
@@ -155,6 +158,14 @@ def test_widget_follows_its_controls_and_clamps_its_arguments():
     assert "on an H200" in w.diagram.data["caption"]
     flow = decode_step_flow(MODELS["Llama-3-70B"], GPUS["H200"], 16, 4096)
     assert w.diagram.data["levels"][-1]["time_s"] == pytest.approx(flow.level("hbm").time_s())
+
+
+def test_the_status_line_says_modelled_not_live(llm):
+    """Every time this widget shows is arithmetic: its status must not say "Live" (ux review, ch. 13)."""
+    w = DataFlowWidget(LoadedEngine(llm))
+    assert w.gate.live and 'data-state="live"' in w.gate.pane.object     # browser tests still wait on "live"
+    assert "Modelled:" in w.gate.pane.object and "Live" not in w.gate.pane.object
+    assert "bytes ÷ the GPU" in w.gate.pane.object
 
 
 def test_bench_reports_milliseconds(llm):

@@ -79,6 +79,9 @@ class EngineGate:
         self.engine, self._on_ready, self._example, self._live_text = engine, on_ready, example, live_text
         self.state, self.busy, self.message = "loading", False, ""
         self.llm = None
+        # the live line's first word: a widget whose every number is arithmetic about hardware the reader
+        # lacks (chapter 13) says "Modelled", not "Live" (data-state stays "live": the model is loaded)
+        self.live_word = "Live"
         self.pane = html_pane(self._html(None), ["w-status-pane"])
 
     def start(self) -> None:
@@ -144,7 +147,7 @@ class EngineGate:
             note = ""
             if self.engine.snapshot().random_weights:
                 note = " (random weights: the numbers are noise, the mechanics are real)"
-            return self._line("live", f"Live: {text}{note}.")
+            return self._line("live", f"{self.live_word}: {text}{note}.")
         saved = ""
         if self.example is not None:
             saved = f" Meanwhile you see an example computed ahead of time: {label_html(self.example.label)}."

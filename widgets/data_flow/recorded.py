@@ -2,13 +2,14 @@
 
     beside(batch=8, context=2048)  ->  [Figure(what, value, detail, label), ...]
 
-Three figures, each labelled with the device, command and date that recorded it, or "not recorded yet":
+Three figures, each labelled with the device, command and date that recorded it, or, when its file is
+missing, MISSING (a reader is told plainly that no measurement shipped; never a developer's to-do):
     copy bandwidth           `kernels`: the fastest a device-to-device copy ran on the H200
     paged-attention kernel   `kernels`: time and achieved bandwidth of one layer's decode attention at
                              the recorded (batch, context) nearest the reader's, SmolLM2's head shapes
-    decode step time         `latency` (`python -m engine bench latency`, not recorded yet when this
-                             was written): rows with a ``batch`` and an inter-token latency, read by
-                             ``_step_rows``; any row layout with those two fields is understood
+    decode step time         `latency` (`python -m engine bench latency --record` on a GPU): rows with
+                             a ``batch`` and an inter-token latency, read by ``_step_rows``; any row
+                             layout with those two fields is understood
 """
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ from widgets.common.labels import recorded_label
 
 DECODE_STEP_FILE = "latency"
 SMOLLM2_KV_HEADS, SMOLLM2_HEAD_DIM, BF16 = 3, 64, 2
+MISSING = "no GPU measurement ships with this page (the diagram's figures are modelled)"
 
 
 @dataclass(frozen=True, slots=True)
 class Figure:
     key: str            # "copy" | "attention" | "step"
     what: str
-    value: str          # "4,263 GB/s", or "not recorded yet"
+    value: str          # "4,263 GB/s", or MISSING
     detail: str         # how it compares with the model
     label: str | None   # labels.recorded(...) or None when missing
 
@@ -48,7 +50,7 @@ def copy_figure(hbm_bandwidth_h200: float) -> Figure:
     what = "HBM copy bandwidth, device to device"
     rec = load_recorded("kernels")
     if rec is None or "copy_bandwidth_gb_s" not in rec["results"]:
-        return Figure("copy", what, "not recorded yet", "", None)
+        return Figure("copy", what, MISSING, "", None)
     gbs = rec["results"]["copy_bandwidth_gb_s"]
     return Figure("copy", what, f"{gbs:,.0f} GB/s",
                   f"{gbs * 1e9 / hbm_bandwidth_h200:.0%} of the H200's published {hbm_bandwidth_h200 / 1e12:.1f} TB/s",
@@ -60,7 +62,7 @@ def attention_figure(batch: int, context: int, hbm_bandwidth_h200: float) -> Fig
     rec = load_recorded("kernels")
     rows = (rec or {}).get("results", {}).get("decode") or []
     if not rows:
-        return Figure("attention", what, "not recorded yet", "", None)
+        return Figure("attention", what, MISSING, "", None)
     row = nearest(rows, batch, context)
     layer_bytes = 2 * SMOLLM2_KV_HEADS * SMOLLM2_HEAD_DIM * BF16 * row["context"] * row["batch"]
     modelled_us = layer_bytes / hbm_bandwidth_h200 * 1e6
@@ -108,8 +110,7 @@ def step_figure(batch: int) -> Figure:
     rec = load_recorded(DECODE_STEP_FILE)
     rows = _step_rows(rec["results"]) if rec else []
     if not rows:
-        return Figure("step", what, "not recorded yet", f"`python -m engine bench {DECODE_STEP_FILE}` on a GPU "
-                      "will record it", None)
+        return Figure("step", what, MISSING, "", None)
     best = min({b for b, _, _ in rows}, key=lambda b: abs(math.log2(b / batch)))
     mine = [(ms, extra) for b, ms, extra in rows if b == best]
     value = "; ".join(f"{ms:.2f} ms" + (f" ({extra})" if extra else "") for ms, extra in mine)

@@ -44,7 +44,7 @@ def summary_html(flow) -> str:
 def beside_html(figures) -> str:
     items = []
     for f in figures:
-        tag = label_html(f.label) if f.present else '<span class="w-label">not recorded yet</span>'
+        tag = label_html(f.label) if f.present else ""
         detail = f" — {_code(f.detail)}" if f.detail else ""
         items.append(f"<li data-figure='{f.key}'><b>{esc(f.what)}:</b> {esc(f.value)}{detail} {tag}</li>")
     return ("<div class='df-beside'><p class='w-small'>Recorded on a real GPU, beside the model:</p><ul>"

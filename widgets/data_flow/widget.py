@@ -44,8 +44,11 @@ def data_flow_example(llm) -> dict:
 class DataFlowWidget(Widget):
     css = "df"
     shows_example = False        # the diagram is computed at once from the arithmetic: no saved example stands in
-    live_text = ("the models are the engine's ModelConfig records, SmolLM2's the one loaded on {device}; every "
-                 "time shown is modelled")
+    # the status line says "Modelled: …", not "Live: …": nothing here is computed by the model (the review read
+    # "Live" as a claim that these times were measured); only the GPU figures at the bottom are measured
+    live_text = ("every time in the diagram is bytes ÷ the GPU's published bandwidth, for the engine's own "
+                 "model shapes (SmolLM2's is the one loaded on {device}); the GPU measurements below say where "
+                 "and when they were recorded")
     model = param.String(default=DEFAULTS["model"], doc="one of WIDGET_MODELS")
     gpu = param.String(default=DEFAULTS["gpu"], doc="one of GPU_CHOICES")
     batch = param.Integer(default=DEFAULTS["batch"], doc="clamped to 1–256, then the nearest of BATCHES")
@@ -53,6 +56,7 @@ class DataFlowWidget(Widget):
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
+        self.gate.live_word = "Modelled"
         self._models = dict(MODELS)
         notes, model = [], self.model
         if model not in WIDGET_MODELS:
