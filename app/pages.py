@@ -78,7 +78,8 @@ def sidebar_html(entries: list[TocEntry], links: Links, current: str | None) -> 
             f'<details class="toc-narrow"><summary>Contents</summary>{inner}</details></nav>')
 
 
-def cover_html(entries: list[TocEntry], links: Links) -> str:
+def cover_parts(entries: list[TocEntry], links: Links) -> tuple[str, str]:
+    """The cover's introduction (title, pitch, start) and its contents list."""
     total = sum(e.minutes or 0 for e in entries)
     written = sum(1 for e in entries if e.available)
     reading = f"about {total} minutes of reading · {len(entries)} sections"
@@ -100,13 +101,18 @@ def cover_html(entries: list[TocEntry], links: Links) -> str:
                 f'<span class="minutes">{_minutes(e.minutes)}</span></li>')
         parts.append(f'<section class="cover-part"><h2>{part}. {esc(name)}</h2>'
                      f'<ol class="cover-list">{"".join(rows)}</ol></section>')
-    return (
-        '<article class="prose cover">'
-        f'<h1 id="main-content">{esc(SITE_TITLE)}</h1><p class="kicker">A long-form, interactive explainer</p>'
-        f'<p class="pitch">{esc(PITCH)}</p>'
-        f'<p class="start-row">{start}<span class="total">{reading}</span></p>'
-        '<h2 class="contents-heading">Contents</h2>' + "".join(parts) + "</article>"
-    )
+    intro = ('<article class="prose cover">'
+             f'<h1 id="main-content">{esc(SITE_TITLE)}</h1><p class="kicker">A long-form, interactive explainer</p>'
+             f'<p class="pitch">{esc(PITCH)}</p>'
+             f'<p class="start-row">{start}<span class="total">{reading}</span></p></article>')
+    contents = ('<section class="prose cover-contents" aria-labelledby="contents-heading">'
+                '<h2 class="contents-heading" id="contents-heading">Contents</h2>' + "".join(parts) + "</section>")
+    return intro, contents
+
+
+def cover_html(entries: list[TocEntry], links: Links) -> str:
+    """The cover in one piece (the page puts the overview map between its two parts)."""
+    return "".join(cover_parts(entries, links))
 
 
 def chapter_head_html(ch: Chapter) -> str:

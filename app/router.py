@@ -10,6 +10,7 @@ from app.content import find_chapter, list_chapters, neighbours
 from app.engine_handle import shared_engine
 from app.glossary import load_glossary
 from app.links import Links
+from app.overview_map import overview_map
 from app.render import ChapterRenderer, HtmlSegment, Notice, PlannedWidget, WidgetSegment
 from app.engine_status import engine_status_pane
 from app.shell import html_pane, page, stylesheets
@@ -37,8 +38,12 @@ def build(args: dict) -> pn.viewable.Viewable:
 
     if slug is None and page_name is None:
         dashboard = _widget(WidgetSegment("engine-dashboard", {}), dark)   # the engine serving everyone
+        intro, contents = pages.cover_parts(toc, links)
+        # The overview map sits between the pitch and the contents: the one picture of the whole.
+        journey = overview_map(None, compact=False, links=links, dark=dark)
         return _shell(pages.SITE_TITLE, links, dark, toc, None, None,
-                      [html_pane(pages.cover_html(toc, links), dark, ["ex-cover"]), dashboard], widget=True)
+                      [html_pane(intro, dark, ["ex-cover"]), journey,
+                       html_pane(contents, dark, ["ex-cover-contents"]), dashboard], widget=True)
     if slug is None and page_name == "glossary":
         titles = {c.slug: f"{c.number:02d} {c.title}" for c in chapters}
         body = pages.glossary_html(load_glossary(), titles, links)
@@ -53,7 +58,8 @@ def build(args: dict) -> pn.viewable.Viewable:
     rendered = renderer.render(chapter.body)
     for problem in rendered.problems:
         log.warning("%s: %s", chapter.path.name, problem)
-    main: list = [html_pane(pages.chapter_head_html(chapter), dark, ["ex-chapter-head"])]
+    main: list = [html_pane(pages.chapter_head_html(chapter), dark, ["ex-chapter-head"]),
+                  overview_map(chapter.slug, compact=True, links=links, dark=dark)]   # "you are here"
     for seg in rendered.segments:
         main.append(_segment(seg, dark))
     prev_ch, next_ch = neighbours(chapter, chapters)

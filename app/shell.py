@@ -75,7 +75,9 @@ def preview_html(header: str, sidebar: str, main: list) -> str:
     one of the scripts being loaded), in the style of code."""
     parts = []
     for item in main:
-        if isinstance(item, pn.pane.HTML):
+        if getattr(item, "preview_html", None) is not None:    # a live part with a static face (the map)
+            parts.append(item.preview_html)
+        elif isinstance(item, pn.pane.HTML):
             parts.append(_MATH.sub(lambda m: f'<code class="ex-preview-math">{m.group(1) or m.group(2)}</code>',
                                    item.object or ""))
         else:

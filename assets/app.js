@@ -19,6 +19,27 @@
     }, 50);
   }
 
+  // 0b. The header's overview map (app/overview_map.py) is one row that scrolls sideways on a phone:
+  //     bring this chapter's stage ("you are here") into view in it, in the preview and in the live page.
+  //     Only the row scrolls (scrollLeft), never the page.
+  function showHere(root) {
+    const here = root.querySelector('.ovm-compact a[aria-current]');
+    const row = here && here.closest(".ovm-row");
+    if (!row || row.scrollWidth <= row.clientWidth) return !!here;
+    const hr = here.getBoundingClientRect(), rr = row.getBoundingClientRect();
+    if (!hr.width) return false;                   // not laid out yet: try again
+    const left = row.scrollLeft + hr.left - rr.left - (row.clientWidth - hr.width) / 2;
+    row.scrollLeft = Math.max(0, left);
+    return true;
+  }
+  if (preview) showHere(preview);
+  let hereTries = 0;
+  const hereTimer = setInterval(() => {
+    hereTries += 1;
+    const map = !document.getElementById("ex-preview") && deepQuery(document, ".ovm-compact");
+    if ((map && showHere(map.getRootNode())) || hereTries > 200) clearInterval(hereTimer);
+  }, 100);
+
   function deepFind(root, id) {
     const hit = root.getElementById ? root.getElementById(id) : null;
     if (hit) return hit;

@@ -127,7 +127,7 @@ def test_chapter_link_opens_in_a_new_tab(app):
     page = app.open()
     target = CHAPTERS[1]
     with page.context.expect_page() as new_tab:
-        page.locator(f'.cover a[href*="chapter={target.slug}"]').click(modifiers=["Control"])
+        page.locator(f'.cover-list a[href*="chapter={target.slug}"]').click(modifiers=["Control"])
     tab = new_tab.value
     tab.wait_for_selector(".chapter-head h1")
     assert tab.locator(".chapter-head h1").inner_text() == target.title
