@@ -55,15 +55,50 @@
 
   // 2. The reader's sentence travels in the URL (widgets/common/sentence.py). The text box marked
   //    .sentence-source is copied into ?sentence= once the reader changes it (replaceState: no reload,
-  //    no extra Back-button entries), and links to other pages of the app carry it along.
-  const LIMIT = 1000, SOURCE = "sentence-source";
+  //    no extra Back-button entries), with mine=1: typing one's own sentence is using it on this page.
+  //    Links to other pages of the app carry the sentence but not mine, so each chapter opens on its
+  //    worked example (which its prose quotes) and offers "Use my sentence: “…”" (.sentence-choice).
+  //    That control is a link that reloads the page with mine toggled: a reload rebuilds every widget
+  //    of the page from the URL alone (its first text, its saved example or a live run), so what the
+  //    reader sees is exactly what a copied link shows; switching in place would need each widget to
+  //    swap its text and results by hand, and the model stays loaded on the server either way.
+  const LIMIT = 1000, SOURCE = "sentence-source", MINE = "mine", CHOICE = "sentence-choice";
   let source = null, last = null, tries = 0;
+  const choices = new Set();                     // the page's .sentence-choice links (found by scan below)
+  function syncChoice(a) {
+    // The control follows the URL: no sentence, or the example's own text, shows nothing; else
+    // "Use my sentence" while the page shows the example, "Back to the chapter's example" once it uses it.
+    const params = new URL(window.location.href).searchParams;
+    const sentence = params.get("sentence") || "", mine = params.get(MINE) === "1";
+    const row = a.closest(".sc-row") || a;
+    const hide = !sentence.trim() || sentence.trim() === (a.dataset.example || "").trim();
+    row.hidden = hide;
+    if (hide) return;
+    const name = mine ? "Back to the chapter's example" : "Use my sentence: “" + sentence + "”";
+    a.dataset.mine = mine ? "0" : "1";               // what following the link asks for
+    a.title = name;
+    a.setAttribute("aria-label", name);
+    a.querySelector(".sc-verb").textContent = mine ? "Back to the chapter's example" : "Use my sentence:";
+    a.querySelector(".sc-text").textContent = mine ? "" :
+      "“" + (sentence.length > 60 ? sentence.slice(0, 60) + "…" : sentence) + "”";
+    const hint = row.querySelector(".sc-hint");
+    if (hint) hint.textContent = mine ? "Your sentence is shown; the text quotes the example's figures." : "";
+    const url = new URL(window.location.href);
+    if (mine) url.searchParams.delete(MINE); else url.searchParams.set(MINE, "1");
+    a.href = url.toString();
+  }
   function record(value) {
     last = value;
     const url = new URL(window.location.href);
-    if (value.trim() && value.length <= LIMIT) url.searchParams.set("sentence", value);
-    else url.searchParams.delete("sentence");
+    if (value.trim() && value.length <= LIMIT) {
+      url.searchParams.set("sentence", value);
+      url.searchParams.set(MINE, "1");
+    } else {                                         // nothing to carry (or too long to share): the page's
+      url.searchParams.delete("sentence");           // own text is in the box, no choice to offer
+      url.searchParams.delete(MINE);
+    }
     window.history.replaceState(window.history.state, "", url);
+    choices.forEach((a) => { if (a.isConnected) syncChoice(a); else choices.delete(a); });
   }
   // Typing: "input" events cross shadow roots, so one listener sees a keystroke in any pane, at once.
   document.addEventListener("input", (e) => {
@@ -81,7 +116,7 @@
       const host = deepFind(document, "." + SOURCE);               // the widget's host; its box is inside
       source = host ? (host.shadowRoot || host).querySelector("textarea, input") : null;
       if (!source) { tries += 1; return; }
-      // The text the page opened with (a default, or the URL's sentence) stays out of the URL; a box
+      // The text the page opened with (the example, or the URL's sentence) stays out of the URL; a box
       // found again after a re-render is compared with what was last recorded.
       if (last === null) { last = source.value; return; }
     }
@@ -89,15 +124,17 @@
   }, 400);
 
   function carry(e) {
-    const sentence = new URL(window.location.href).searchParams.get("sentence");
-    if (!sentence) return;
     for (const el of e.composedPath()) {
       if (el.tagName !== "A") continue;
+      if (el.classList.contains(CHOICE)) { syncChoice(el); return; }   // this page, mine toggled, as of now
+      const sentence = new URL(window.location.href).searchParams.get("sentence");
+      if (!sentence) return;
       const raw = el.getAttribute("href") || "";
       if (!raw || raw.startsWith("#")) return;            // same-page anchors stay as they are
       const url = new URL(el.href, window.location.href);
       if (url.origin !== window.location.origin || url.pathname !== window.location.pathname) return;
       url.searchParams.set("sentence", sentence);
+      url.searchParams.delete(MINE);                      // the next chapter opens on its own example
       el.href = url.toString();
       return;
     }
@@ -208,6 +245,9 @@
       const what = (input && input.getAttribute("aria-label")) || labelOf(root, b);
       b.setAttribute("aria-label", (b.classList.contains("bk-spin-btn-up") ? "Increase " : "Decrease ") + what);
       b.tabIndex = -1;                                         // the arrow keys in the box do the same
+    });
+    root.querySelectorAll("a." + CHOICE).forEach((a) => {
+      if (!choices.has(a)) { choices.add(a); syncChoice(a); }      // a pane (re)drawn: in step with the URL
     });
     root.querySelectorAll("mjx-container > svg:not([aria-label])").forEach((svg) => {
       const holder = svg.closest("[data-speech]");

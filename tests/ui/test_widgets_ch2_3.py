@@ -57,9 +57,13 @@ def test_tokenizer_types_hovers_links_and_carries_the_sentence(app):
     # The sentence is in the URL, and the link to the next chapter carries it.
     page.wait_for_function("() => new URL(location.href).searchParams.get('sentence') === 'Hello world, 👋🏽 '",
                            timeout=90_000)     # a server round trip: slow on a loaded 2-core machine
+    # Typing one's own sentence is using it on this page (mine=1), and the control offers the way back.
+    assert "mine=1" in page.url
+    expect(page.locator(f"{TK} .sentence-choice")).to_have_text("Back to the chapter's example")
+    # The next chapter gets the sentence, not the choice: it opens on its own example.
     page.locator(".pager-next").click()
     page.wait_for_url("**chapter=embeddings**")
-    assert "sentence=Hello" in page.url
+    assert "sentence=Hello" in page.url and "mine=" not in page.url
     app.assert_clean()
 
 
@@ -124,14 +128,30 @@ def test_embeddings_compare_neighbours_map_and_escaping(app):
     app.assert_clean()                    # no dialog: the reader's markup stayed text
 
 
-def test_embeddings_start_from_the_readers_sentence(app):
+def test_embeddings_start_from_the_example_and_switch_to_the_readers_sentence(app):
+    # A carried sentence does not replace the chapter's example: the widget opens on it, and offers one
+    # control that reloads the page with mine=1 (the state in the URL), and a control back.
     page = app.open("?chapter=embeddings&sentence=Why%20is%20the%20sky%20blue%3F")
     wait_live(page, "embeddings")
-    assert page.locator(f"{EMB} .emb-own input").input_value() == "Why, is, the, sky, blue"
+    own = page.locator(f"{EMB} .emb-own input")
+    assert own.input_value() == "red, green, blue, yellow, coffee, tea"         # the chapter's example
+    choice = page.locator(f"{EMB} .sentence-choice")
+    expect(choice).to_have_text("Use my sentence: “Why is the sky blue?”")
+    choice.focus()
+    page.keyboard.press("Enter")                                                # a link: keys work
+    page.wait_for_url("**mine=1**")
+    wait_live(page, "embeddings")
+    assert "sentence=Why" in page.url
+    expect(own).to_have_value("Why, is, the, sky, blue")
     page.locator(f"{EMB} .emb-map-pane").scroll_into_view_if_needed()
     page.wait_for_function("() => Object.values(Bokeh.index).length > 0")
     words = {p.get("word") for p in bokeh_points(page)}
     assert {"sky", "blue", "king", "dog", "three"} <= words
+    expect(choice).to_have_text("Back to the chapter's example")
+    choice.click()
+    page.wait_for_url(re.compile(r"^(?!.*mine=).*sentence=Why"))               # the sentence still travels
+    wait_live(page, "embeddings")
+    expect(own).to_have_value("red, green, blue, yellow, coffee, tea")
     app.assert_clean()
 
 

@@ -21,7 +21,7 @@ import param
 from widgets.attention_heatmap.compute import LayerView, layer_view
 from widgets.attention_heatmap.view import HeadGrid, HeadHeatmap, cells, kv_table_html, strip_html, value_range
 from widgets.common import (SENTENCE_SOURCE, Widget, clip, esc, example, html_pane, is_dark, label_html, measured,
-                            reader_sentence, register)
+                            register)
 from widgets.common.cache import MAX_CHARS, MAX_TOKENS, forget, inspection
 from widgets.common.timing import timed
 
@@ -45,7 +45,7 @@ class AttentionHeatmap(Widget):
     css = "ah"
     live_text = "attention of {model} on {device}, recomputed as you type"
     setup = param.Selector(default="single", objects=list(SETUPS), doc="one head (chapter 4), or every head (5)")
-    text = param.String(default=None, allow_None=True, doc="the sentence (the reader's own wins); the setup's if None")
+    text = param.String(default=None, allow_None=True, doc="the sentence (the example: the reader's own once chosen); the setup's if None")
     layer = param.Integer(default=None, allow_None=True, doc="the layer shown first; the setup's if None")
     head = param.Integer(default=None, allow_None=True, doc="the head shown first; the setup's if None")
 
@@ -53,7 +53,7 @@ class AttentionHeatmap(Widget):
         super().__init__(engine, **params)
         s, self._setup = SETUPS[self.setup], self.setup
         default = self.text if self.text is not None else s["text"]
-        self._text, note = clip(reader_sentence(default), MAX_CHARS)
+        self._text, note = clip(self.reader_sentence(default), MAX_CHARS)
         self._view: LayerView | None = None
         self._label, self._row = "", 0
         dark = is_dark()

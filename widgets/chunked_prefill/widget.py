@@ -14,7 +14,7 @@ from __future__ import annotations
 import panel as pn
 import param
 
-from widgets.common import Widget, esc, example, html_pane, measured, reader_sentence, register
+from widgets.common import Widget, esc, example, html_pane, measured, register
 from widgets.common.timing import median_ms
 from widgets.chunked_prefill.compute import BUDGETS, MAX_DOC_TOKENS, compare
 from widgets.chunked_prefill.view import GapPlot, StepBars, legend_html, summary_html
@@ -52,7 +52,7 @@ class ChunkedPrefillWidget(Widget):
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        self._chats = [reader_sentence(CHATS[0]), *CHATS[1:]]
+        self._chats = [self.reader_sentence(CHATS[0]), *CHATS[1:]]
         self._doc = pn.widgets.TextAreaInput(label=f"The long prompt (up to {MAX_DOC_TOKENS} tokens are used)",
                                              value=DEFAULT_DOC, rows=4, max_length=MAX_DOC_CHARS,
                                              sizing_mode="stretch_width", css_classes=["cp-doc"])

@@ -10,7 +10,7 @@
     labels    measured, recorded, modelled, label_html    where each number comes from
     theme     html_pane, stylesheets, themed_figure, PALETTE, is_dark    looks, light and dark
     text      esc, clip, clamp, show_token, card_table    reader input is text; limits with a note
-    sentence  reader_sentence, SENTENCE_SOURCE            the reader's sentence carried in the URL
+    sentence  reader_sentence, SENTENCE_SOURCE            the reader's sentence carried in the URL, used once chosen
     sandboxes page_sandbox, sandbox, release  private engines owned by the page: freed when it closes, bounded
     sharing   Admission, Reader, Refused     server-wide seats and per-reader limits for generations
     passes    request_passes, describe       one request's forward passes from the engine's step trace

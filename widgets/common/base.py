@@ -25,6 +25,9 @@ What the base owns:
 * ``run_button``    a button that reads "Stop" (and stops the work) while a job runs.
 * ``read_prompt``   the text of a box, clipped to its limit with a note; None (and a note) if empty.
 * ``on_page_close`` clean-up for when the reader leaves: ``close()`` runs it, once, with the job runner's.
+* ``reader_sentence(example)`` the text to start from: the chapter's example, or the reader's carried
+                    sentence once they chose it (sentence.py); the "Use my sentence" / "Back to the
+                    chapter's example" control then appears under the status line by itself.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from widgets.common.examples import Example, load_example
 from widgets.common.gate import EngineGate, in_session
 from widgets.common.jobs import JobRunner
 from widgets.common.registry import directive_of
+from widgets.common.sentence import choice_html, reader_sentence
 from widgets.common.text import clip, esc
 from widgets.common.theme import html_pane, static_url
 
@@ -83,6 +87,7 @@ class Widget(pn.viewable.Viewer):
         self._run_buttons: list[tuple[pn.widgets.Button, str, str]] = []
         self._closers: list[Callable[[], None]] = []
         self._closed = False
+        self.sentence_choice: pn.pane.HTML | None = None       # made by reader_sentence(), placed by __panel__
         if in_session():       # the websocket's close is immediate; Bokeh's session sweep comes ~17 s later
             pn.state.on_session_destroyed(lambda _ctx: self.close())
             pn.state.curdoc.on_event("connection_lost", lambda _event: self.close())
@@ -94,6 +99,7 @@ class Widget(pn.viewable.Viewer):
     def __panel__(self):
         if not getattr(self, "_controls_styled", False):
             self._controls_styled = True
+            self._place_sentence_choice()
             style_controls(self.layout)
         return self.layout
 
@@ -134,6 +140,25 @@ class Widget(pn.viewable.Viewer):
             self.say(empty or self.empty_prompt)
             return None
         return clipped, note
+
+    def reader_sentence(self, example: str) -> str:
+        """The text this widget starts from: ``example`` (the chapter's worked example, which the prose
+        quotes), or the reader's carried sentence when this page uses it (``mine=1`` in the URL). Also
+        makes the one control that switches between the two; ``__panel__`` places it, so a widget only
+        swaps its call of ``sentence.reader_sentence`` for this one."""
+        self.sentence_choice = html_pane(choice_html(example), ["w-sentence-choice"])
+        return reader_sentence(example)
+
+    def _place_sentence_choice(self) -> None:
+        """The control goes right under the status line (the line that says where the numbers come from),
+        above the widget's inputs, so it is seen before the example is read; else under the title."""
+        if self.sentence_choice is None or not isinstance(self.layout, pn.layout.ListLike):
+            return
+        objects = list(self.layout.objects)
+        if any(o is self.sentence_choice for o in objects):
+            return
+        at = next((i + 1 for i, o in enumerate(objects) if o is self.gate.pane), min(1, len(objects)))
+        self.layout.insert(at, self.sentence_choice)
 
     def on_page_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when the reader leaves (the session ends) or the widget is closed, whichever is first."""

@@ -17,7 +17,7 @@ import time
 import panel as pn
 import param
 
-from widgets.common import Widget, clip, example, html_pane, measured, modelled, reader_sentence, register
+from widgets.common import Widget, clip, example, html_pane, measured, modelled, register
 from widgets.common.timing import timed
 from widgets.embeddings.compute import (DEFAULT_OWN, OWN, WORD_LIMIT, WORD_SETS, Inputs, compute, nearest,
                                         own_words, word_vector)
@@ -42,7 +42,7 @@ class EmbeddingsWidget(Widget):
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        sentence = reader_sentence("")
+        sentence = self.reader_sentence("")
         own = ", ".join(own_words(sentence)) if sentence else DEFAULT_OWN
         self._inp = Inputs(self.word_a[:WORD_LIMIT], self.word_b[:WORD_LIMIT], self.near[:WORD_LIMIT], own=own)
         box = dict(max_length=WORD_LIMIT, width=150, margin=(4, 8, 4, 0))

@@ -18,7 +18,7 @@ import time
 import panel as pn
 import param
 
-from widgets.common import SENTENCE_SOURCE, Widget, clip, example, html_pane, is_dark, measured, reader_sentence
+from widgets.common import SENTENCE_SOURCE, Widget, clip, example, html_pane, is_dark, measured
 from widgets.common import register, show_token
 from widgets.common.cache import inspection
 from widgets.common.stepper import Stepper
@@ -45,7 +45,7 @@ class ForwardPassWidget(Widget):
     css = "fp"
     live_text = "computed by {model} on {device} as you change the sentence"
     view = param.Selector(default="block", objects=["block", "model"], doc="one block (chapter 8), or all (9)")
-    text = param.String(default=DEFAULT_TEXT, doc="the sentence (the reader's own wins)")
+    text = param.String(default=DEFAULT_TEXT, doc="the sentence (the example: the reader's own once chosen)")
     block = param.Integer(default=DEFAULT_BLOCK, doc="the block shown first (clamped to 1–30)")
 
     def __init__(self, engine, **params):
@@ -55,7 +55,7 @@ class ForwardPassWidget(Widget):
         self._data = self.example.data if self.example else None
         self._label = self.example.label if self.example else ""
         self._ins = None                                   # the Inspection this page follows, once live
-        self._text, note = clip(reader_sentence(self.text), MAX_CHARS)
+        self._text, note = clip(self.reader_sentence(self.text), MAX_CHARS)
         self._box = pn.widgets.TextAreaInput(label="Your sentence", value=self._text, max_length=MAX_CHARS, rows=2,
                                              sizing_mode="stretch_width", css_classes=["fp-input", SENTENCE_SOURCE])
         self.say(note)

@@ -15,7 +15,7 @@ import numpy as np
 import panel as pn
 import param
 
-from widgets.common import PALETTE, Widget, example, html_pane, is_dark, measured, reader_sentence, register
+from widgets.common import PALETTE, Widget, example, html_pane, is_dark, measured, register
 from widgets.common import style_figure, themed_figure
 from widgets.common.text import clip
 from widgets.kv_cache.compute import MAX_PROMPT_TOKENS, MAX_STEPS, KVStepper
@@ -56,11 +56,11 @@ class KVCacheWidget(Widget):
     css = "kv"
     live_text = "{model} on {device}, in a private engine of its own"
     own_thread = True
-    prompt = param.String(default=DEFAULT_PROMPT, doc="the prompt the chapter prefills (the reader's sentence wins)")
+    prompt = param.String(default=DEFAULT_PROMPT, doc="the prompt the chapter prefills (the example: the reader's sentence once chosen)")
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        text, note = clip(reader_sentence(self.prompt), MAX_CHARS)
+        text, note = clip(self.reader_sentence(self.prompt), MAX_CHARS)
         self._box = pn.widgets.TextAreaInput(label="Your prompt", value=text, rows=2, max_length=MAX_CHARS,
                                              sizing_mode="stretch_width", css_classes=["kv-prompt"])
         self._prefill = pn.widgets.Button(label="Prefill", color="default", disabled=True, width=110,

@@ -17,7 +17,7 @@ import panel as pn
 import param
 
 from engine import ModelConfig
-from widgets.common import SENTENCE_SOURCE, Widget, clip, example, html_pane, is_dark, measured, reader_sentence
+from widgets.common import SENTENCE_SOURCE, Widget, clip, example, html_pane, is_dark, measured
 from widgets.common import register, show_token
 from widgets.common.cache import MAX_CHARS, forget
 from widgets.common.timing import timed
@@ -38,12 +38,12 @@ def mlp_example(llm) -> dict:
 class MLPActivations(Widget):
     css = "mlp"
     live_text = "MLP of {model} on {device}, recomputed as you type"
-    text = param.String(default=None, allow_None=True, doc="the sentence (the reader's own wins)")
+    text = param.String(default=None, allow_None=True, doc="the sentence (the example: the reader's own once chosen)")
     layer = param.Integer(default=None, allow_None=True, doc="the layer shown first")
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        self._text, note = clip(reader_sentence(self.text or DEFAULT["text"]), MAX_CHARS)
+        self._text, note = clip(self.reader_sentence(self.text or DEFAULT["text"]), MAX_CHARS)
         self._data: dict | None = None
         self._label = ""
         self._box = pn.widgets.TextAreaInput(label="Your sentence", value=self._text, max_length=MAX_CHARS, rows=2,

@@ -18,7 +18,7 @@ import time
 import panel as pn
 import param
 
-from widgets.common import Widget, example, html_pane, measured, reader_sentence, register
+from widgets.common import Widget, example, html_pane, measured, register
 from widgets.common.text import clamp, clip
 from widgets.common.sharing import PARALLEL_RUNS
 from widgets.parallelism.compute import (MAX_NEW_TOKENS, MODES, check_size, config_of, layout_for, recorded_runs,
@@ -38,7 +38,7 @@ class ParallelismWidget(Widget):
     css = "pz"
     live_text = "{model}; Run starts the processes on this server ({device})"
     own_thread = True
-    prompt = param.String(default=DEFAULT_PROMPT, doc="the prompt both splits generate from (the reader's wins)")
+    prompt = param.String(default=DEFAULT_PROMPT, doc="the prompt both splits generate from (the example: the reader's once chosen)")
     mode = param.String(default="tp", doc='"tp" or "pp": the split shown first')
 
     def __init__(self, engine, **params):
@@ -46,7 +46,7 @@ class ParallelismWidget(Widget):
         mode = self.mode if self.mode in MODES else "tp"
         self._runs = dict(self.example.data["runs"]) if self.example else {}
         self._labels = {m: self.example.label for m in self._runs} if self.example else {}
-        text, note = clip(reader_sentence(self.prompt), MAX_PROMPT_CHARS)
+        text, note = clip(self.reader_sentence(self.prompt), MAX_PROMPT_CHARS)
         self._prompt = pn.widgets.TextAreaInput(name="Prompt", value=text, max_length=MAX_PROMPT_CHARS, rows=2,
                                                 sizing_mode="stretch_width", css_classes=["pz-prompt"])
         self._mode = pn.widgets.RadioButtonGroup(name="Split", options={v: k for k, v in MODES.items()}, value=mode,

@@ -18,7 +18,7 @@ from statistics import median
 import panel as pn
 import param
 
-from widgets.common import Widget, clip, example, html_pane, measured, reader_sentence, register
+from widgets.common import Widget, clip, example, html_pane, measured, register
 from widgets.prefill_decode.compute import DEFAULT_SENTENCE, ladder, measure, recorded_prefill_rows
 from widgets.prefill_decode.roofline import GPU_CHOICES, MODEL_CHOICES, RooflinePanel
 from widgets.prefill_decode.view import latency_figure, measured_data, recorded_data, table_html
@@ -38,13 +38,13 @@ class PrefillDecodeWidget(Widget):
     live_text = "{model} on {device}; press Measure to time your prompt"
     own_thread = True
     sentence = param.String(default=DEFAULT_SENTENCE, doc="the prompt repeated to each length (the reader's "
-                                                          "sentence wins)")
+                                                          "sentence once chosen)")
     model = param.Selector(default="Llama-3-8B", objects=MODEL_CHOICES, doc="the roofline's first model")
     gpu = param.Selector(default="H100 SXM", objects=GPU_CHOICES, doc="the roofline's first GPU")
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        text, note = clip(reader_sentence(self.sentence), MAX_CHARS)
+        text, note = clip(self.reader_sentence(self.sentence), MAX_CHARS)
         self._box = pn.widgets.TextAreaInput(label="Your prompt (repeated to each length)", value=text, rows=2,
                                              max_length=MAX_CHARS, sizing_mode="stretch_width",
                                              css_classes=["pd-prompt"])

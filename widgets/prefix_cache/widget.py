@@ -20,7 +20,7 @@ from statistics import median
 import panel as pn
 import param
 
-from widgets.common import Widget, clip, example, html_pane, measured, reader_sentence, register
+from widgets.common import Widget, clip, example, html_pane, measured, register
 from widgets.prefix_cache.compute import (MAX_QUESTION_TOKENS, MAX_QUESTIONS, MAX_SYSTEM_TOKENS, PrefixLab,
                                           cut_to_tokens)
 from widgets.prefix_cache.view import blocks_html, summary_html
@@ -76,7 +76,7 @@ class PrefixCacheWidget(Widget):
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
         first = list(self.questions or DEFAULT_QUESTIONS)
-        first[0] = reader_sentence(first[0])
+        first[0] = self.reader_sentence(first[0])
         self._system = pn.widgets.TextAreaInput(label="System prompt (the start every request shares)",
                                                 value=self.system[:MAX_SYSTEM_CHARS], rows=3,
                                                 max_length=MAX_SYSTEM_CHARS, sizing_mode="stretch_width",

@@ -24,7 +24,7 @@ import param
 
 from engine import SamplingParams
 from widgets.common import SENTENCE_SOURCE, JobRunner, Widget, clip, example, html_pane, is_dark, measured
-from widgets.common import reader_sentence, register
+from widgets.common import register
 from widgets.common.text import clamp
 from widgets.sampler.compute import CONTINUE_TOKENS, continuations, next_token_logits, shape, shaped_dict, written
 from widgets.sampler.view import (WRITING, chart_data, chart_rows, conts_html, kept_colour, sampler_figure,
@@ -53,14 +53,14 @@ class SamplerWidget(Widget):
     css = "smp"
     live_text = "the next-token distribution of {model} on {device}, shaped as you move a slider"
     own_thread = True                    # self.jobs writes the continuations: a generation, seconds long
-    prompt = param.String(default=DEFAULT_PROMPT, doc="the prompt (the reader's sentence wins)")
+    prompt = param.String(default=DEFAULT_PROMPT, doc="the prompt (the example: the reader's sentence once chosen)")
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
         dark = is_dark()
         self._kept_colour = kept_colour(dark)
         self._logits, self._logits_for = None, None   # the next-token logits, and the prompt they are for
-        self._prompt, note = clip(reader_sentence(self.prompt), MAX_CHARS)
+        self._prompt, note = clip(self.reader_sentence(self.prompt), MAX_CHARS)
         self._box = pn.widgets.TextAreaInput(label="Prompt", value=self._prompt, max_length=MAX_CHARS, rows=2,
                                              sizing_mode="stretch_width", css_classes=["smp-input", SENTENCE_SOURCE])
         presets = [pn.widgets.Button(label=k, variant="outline", css_classes=["smp-preset"], margin=(4, 6, 4, 0))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import panel as pn
 import param
 
-from widgets.common import Widget, clamp, clip, example, html_pane, measured, modelled, reader_sentence, register
+from widgets.common import Widget, clamp, clip, example, html_pane, measured, modelled, register
 from widgets.speculative_decoding.compute import (MAX_K, MAX_TOKENS, METHODS, SpecStepper, StepView, TokenView,
                                                   run_all)
 from widgets.speculative_decoding.simulator import Simulator
@@ -75,12 +75,12 @@ class SpecDecodeWidget(Widget):
     css = "sd"
     live_text = "{model} on {device}, in a private engine of its own"
     own_thread = True
-    sentence = param.String(default=DEFAULT_SENTENCE, doc="the sentence the prompt rewrites (the reader's wins)")
+    sentence = param.String(default=DEFAULT_SENTENCE, doc="the sentence the prompt rewrites (the example: the reader's once chosen)")
     mode = param.String(default="engine", doc='"engine" or "simulator": the mode shown first')
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        prompt, note = clip(default_prompt(reader_sentence(self.sentence)), MAX_CHARS)
+        prompt, note = clip(default_prompt(self.reader_sentence(self.sentence)), MAX_CHARS)
         self._mode = pn.widgets.RadioButtonGroup(name="Mode", options=["engine", "simulator"],
                                                  value=self.mode if self.mode in ("engine", "simulator") else "engine",
                                                  css_classes=["sd-mode"])

@@ -21,7 +21,7 @@ import panel as pn
 import param
 
 from widgets.common import (SENTENCE_SOURCE, Widget, cached, clip, esc, example, html_pane, measured,
-                            reader_sentence, register)
+                            register)
 from widgets.common.timing import timed
 from widgets.tokenizer.compute import (SAMPLES, TOKENIZERS, Tokenized, sample_stats, saved_tokenized, text_of,
                                        tokenize, tokenize_all)
@@ -44,11 +44,11 @@ def tokenizer_example(llm) -> dict:
 class TokenizerWidget(Widget):
     css = "tk"
     live_text = "tokenized by the engine on {device} as you type"
-    text = param.String(default=DEFAULT_TEXT, doc="the text the chapter starts with (the reader's sentence wins)")
+    text = param.String(default=DEFAULT_TEXT, doc="the text the chapter starts with (the example: the reader's sentence once chosen)")
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        self._text, note = clip(reader_sentence(self.text), LIMIT)
+        self._text, note = clip(self.reader_sentence(self.text), LIMIT)
         self._results: list[Tokenized] = []
         self._label = ""
         self._box = pn.widgets.TextAreaInput(
