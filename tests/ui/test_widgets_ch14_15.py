@@ -146,6 +146,23 @@ def test_page_allocator_and_a_session_closed_mid_run(browser, server, app_page_c
     assert not re.search(r"batching-timeline: sandbox closed with \d+ of", log)
 
 
+def test_page_allocator_resets_to_an_empty_pool_by_keyboard(app):
+    # The chapter opens mid-story (the first example: A finished, B×3 and C running); Reset, pressed
+    # with the keyboard, gives an empty pool of 32 free blocks, says so, and the next request is A again.
+    page = app.open("?chapter=paged-attention")
+    wait_live(page, "page-allocator")
+    wait_text(page, f"{PA} .pa-side", "measured on cpu")              # the live pool replayed the example
+    assert deep_count(page, f"{PA} .pa-free") < 32
+    page.locator(f"{PA} .pa-reset button").focus()
+    page.keyboard.press("Enter")
+    wait_text(page, f"{PA} .pa-event", "Reset: a fresh pool, every block free")
+    assert deep_count(page, f"{PA} .pa-free") == 32 and deep_count(page, f"{PA} .pa-table") == 0
+    assert "No requests yet" in deep_text(page, f"{PA} .pa-tables")
+    assert len(deep_text(page, f"{PA} .pa-queue").split()) == 32
+    page.locator(f"{PA} .pa-add button").click()
+    wait_text(page, f"{PA} .pa-event", "Added A")
+    app.assert_clean()
+
 def test_screenshots(browser, server, app_page_class):
     shots = widget_screenshots(browser, server, app_page_class, "?chapter=continuous-batching", "batching-timeline")
     shots += widget_screenshots(browser, server, app_page_class, "?chapter=paged-attention", "page-allocator",

@@ -3,11 +3,13 @@ poked one action at a time — add a request (n samples share its blocks), step 
 a sequence crosses a multiple of 16 tokens; copy-on-write when samples part), finish (the blocks go
 back to the free queue, in the order the pool hands them out again).
 
-    Add / Step / Finish ──► action queue ──► one job drains it on its own thread ──► picture after each
+    Add / Step / Finish / Reset ──► action queue ──► one job drains it on its own thread ──► picture after each
                                               (compute.py)                            (view.py)
 
 Presses made while an action runs wait their turn (a few at most); leaving the page cancels what is
-queued and frees the private engine. The side panel puts the same sequences through a contiguous
+queued and frees the private engine. Reset swaps the pool for a fresh one (all 32 blocks free, the
+next request is A again): the page opens mid-story, on the first example, and the prose walks from an
+empty pool. The side panel puts the same sequences through a contiguous
 allocator that reserves each one's longest length up front.
 """
 from __future__ import annotations
@@ -20,12 +22,14 @@ from statistics import median
 import panel as pn
 import param
 
-from widgets.common import Widget, esc, example, html_pane, measured, reader_sentence, register
+from widgets.common import Widget, esc, example, html_pane, measured, register
 from widgets.page_allocator.compute import MAX_ANSWER, MAX_N, MAX_PROMPT, AllocatorSandbox, play
 from widgets.page_allocator.view import compare_html, grid_html
 
 DEFAULT_SENTENCE = "The cat sat on the mat and looked out of the window at the rain."
 MAX_QUEUED = 16
+RESET_NOTE = ("Reset: a fresh pool, every block free (the requests before it are gone). "
+              "Add a request to start again from A.")
 KEYS = "ArrowRight n N"
 # The first example: A, then B with three samples (shared blocks, then copy-on-write), C, a few
 # steps, and A finished: its blocks wait at the tail of the free queue.
@@ -47,11 +51,11 @@ class PageAllocator(Widget):
     css = "pa"
     live_text = "{model} on {device}: a private engine with 32 KV blocks, yours alone"
     own_thread = True
-    sentence = param.String(default=DEFAULT_SENTENCE, doc="the prompts' tokens (the reader's sentence wins)")
+    sentence = param.String(default=DEFAULT_SENTENCE, doc="the prompts' tokens (the example: the reader's sentence once chosen)")
 
     def __init__(self, engine, **params):
         super().__init__(engine, **params)
-        self._sentence = reader_sentence(self.sentence)
+        self._sentence = self.reader_sentence(self.sentence)
         self._prompt = pn.widgets.IntSlider(label="Prompt tokens", start=1, end=MAX_PROMPT, value=20, width=190,
                                             css_classes=["pa-prompt"])
         self._answer = pn.widgets.IntSlider(label="Tokens to generate", start=1, end=MAX_ANSWER, value=24, width=190,
@@ -65,6 +69,8 @@ class PageAllocator(Widget):
         self._which = pn.widgets.Select(label="Request", options=[], width=110, css_classes=["pa-which"])
         self._finish = self._button("Finish", "default", "pa-finish",
                                     lambda: self._which.value and self._queue(("finish", self._which.value)))
+        self._reset = self._button("Reset", "default", "pa-reset", self._reset_pool)
+        self._llm = None
         self._grid = html_pane("", ["pa-grid-pane"])
         self._side = html_pane("", ["pa-side"])
         self._sandbox, self._pending, self._label = None, deque(), ""
@@ -78,7 +84,7 @@ class PageAllocator(Widget):
         controls = pn.FlexBox(self._prompt, self._answer,
                               pn.Column(html_pane('<p class="w-small">Samples (n)</p>'), self._n), self._add,
                               flex_wrap="wrap", align_items="flex-end", gap="0 12px")
-        actions = pn.FlexBox(self._step, self._step16, self._which, self._finish, flex_wrap="wrap",
+        actions = pn.FlexBox(self._step, self._step16, self._which, self._finish, self._reset, flex_wrap="wrap",
                              align_items="flex-end", gap="0 8px")
         self.layout = pn.Column(
             self.title("<b>Live demo · the page allocator</b> — the engine's own block manager, in a private "
@@ -101,7 +107,7 @@ class PageAllocator(Widget):
     # -- engine and jobs --------------------------------------------------------------------------
     def on_live(self, llm) -> None:
         """A fresh private pool, with the first example's actions replayed so the picture carries on."""
-        self._label = measured(llm.device_name)
+        self._label, self._llm = measured(llm.device_name), llm
         sentence = self._sentence
 
         def work(job):
@@ -113,7 +119,7 @@ class PageAllocator(Widget):
 
         def ready(result):
             self._sandbox, picture = result
-            for b in (self._add, self._step, self._step16, self._finish):
+            for b in (self._add, self._step, self._step16, self._finish, self._reset):
                 b.disabled = False
             self._paint(picture, self._label)
             if self._pending:
@@ -130,14 +136,38 @@ class PageAllocator(Widget):
         if self._sandbox is not None and not self.jobs.busy:
             self._drain()
 
+    def _reset_pool(self) -> None:
+        """Reset pressed: what waits is dropped (it was meant for the old pool), then a fresh pool."""
+        if self.gate.live:
+            self._pending.clear()
+            self._queue(("reset",))
+
+    def _fresh_pool(self, job, old: AllocatorSandbox) -> AllocatorSandbox:
+        """On the job's thread: the old pool released (its leak check included) before a new one is made,
+        so a page never holds two; a page closed meanwhile closes the new one too."""
+        old.close()
+        new = AllocatorSandbox(self._llm, self._sentence)
+        if self._closed:
+            new.close()
+        else:
+            self._sandbox = new
+        job.check()
+        return new
+
     def _drain(self) -> None:
         sandbox, pending = self._sandbox, self._pending
 
         def work(job):
+            nonlocal sandbox
             picture = None
             while pending:
                 job.check()
                 action = pending.popleft()
+                if action[0] == "reset":
+                    sandbox = self._fresh_pool(job, sandbox)
+                    picture = {**sandbox.last, "event": RESET_NOTE}
+                    job.post(picture)
+                    continue
                 try:
                     picture = play(sandbox, action)
                 except ValueError as exc:            # a refusal the reader should read, not an error
