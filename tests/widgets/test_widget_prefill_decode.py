@@ -121,3 +121,14 @@ def test_widget_paints_the_saved_example_then_measures(llm):
         pd.LENGTHS = lengths
     assert w._src["ttft"].data["tokens"] == [16, 32]
     assert "measured on cpu" in w._table.object and "<img" not in w._table.object
+
+
+def test_latency_legend_sits_above_the_points():
+    """ux review ch. 11: the legend box sat on the measured TTFT and ITL points. It is above the plot
+    now, two entries to a row (one row of four does not fit 390 px), every entry with its marker."""
+    from widgets.prefill_decode.view import latency_figure
+    fig, _ = latency_figure(with_recorded=True)
+    [legend] = fig.legend
+    assert legend in fig.above and legend not in fig.center and legend.ncols == 2
+    assert [i.label.value for i in legend.items] == ["TTFT", "ITL (median)", "TTFT, H200 (recorded)",
+                                                    "ITL, H200 (recorded)"]

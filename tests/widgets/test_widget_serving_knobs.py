@@ -94,3 +94,43 @@ def test_widget_plots_each_runs_point(llm, monkeypatch):
     assert "summarization" in w._lengths.src and len(w._lengths.src["summarization"].data["x"]) == 12
     assert w._ttft.src["p50"].data["x"] == [] and "1 run(s) of other patterns" in w._table.object
     w.close()
+
+
+def test_charts_have_readable_ticks_room_and_only_marked_legend_entries():
+    """ux review ch. 20: the TTFT axis jammed "8,000 7,000 6,000 5,000", clipped the top point's number
+    and had no tick beneath the lowest point; the ISL/OSL legend listed kinds with no marker."""
+    from bokeh.models import FixedTicker
+    from widgets.common.theme import MIN_BORDER
+    w = ServingKnobsWidget(LoadedEngine())                         # the saved example's three runs
+    for plot in (w._ttft, w._itl):
+        fig, key = plot.fig, plot.what.lower()
+        ticks = fig.yaxis[0].ticker.ticks
+        assert isinstance(fig.yaxis[0].ticker, FixedTicker)
+        assert all(int(f"{t:.0e}"[0]) in (1, 2, 5) for t in ticks)   # 1, 2, 5 × 10ⁿ only
+        ys = [p[f"{key}_{pct}_ms"] for p in w._runs for pct in ("p50", "p99")]
+        start, end = fig.y_range.start, fig.y_range.end
+        assert start in ticks and start <= min(ys)                   # a tick at or beneath the lowest point
+        assert end >= 1.5 * max(ys)                                   # room for the top point's number
+        assert fig.min_border_left >= MIN_BORDER
+    shown = {i.label.value for i in w._lengths.fig.legend[0].items if i.visible}
+    assert shown == {"chat"}                                          # the chat pattern: one kind, one entry
+    w._pattern.value = "mixed"
+    shown = {i.label.value for i in w._lengths.fig.legend[0].items if i.visible}
+    assert shown == {"chat", "summarization", "code generation"}
+    w.close()
+
+
+def test_chapter_20_quotes_the_recorded_runs_as_the_table_shows_them():
+    """ux review #2: the prose said ITL "barely moves" from max_num_seqs 1 to 16 beside a table that
+    showed it rise 43 → 81 → 135 ms. The paragraph quotes the saved runs' figures as the widget prints them."""
+    from pathlib import Path
+    from widgets.serving_knobs.view import _ms
+    chapter = (Path(__file__).resolve().parents[2] / "content" / "20-throughput-vs-latency.md").read_text()
+    para = next(p for p in chapter.split("\n\n") if p.startswith("In the widget,"))
+    runs = load_example("serving-knobs").data["runs"]
+    assert [r["knobs"]["max_num_seqs"] for r in runs] == [1, 4, 16] and "barely moves" not in chapter
+    quoted = lambda fmt, key: " to ".join(fmt(r[key]) for r in runs)
+    assert quoted(lambda v: f"{v:,.1f}", "tokens_per_s") in para
+    assert quoted(_ms, "ttft_p50_ms") in para and quoted(_ms, "itl_p50_ms") in para
+    itl = [r["itl_p50_ms"] for r in runs]
+    assert itl == sorted(itl) and "ITL p50 rises" in para            # what the sentence says is what they do

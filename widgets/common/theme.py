@@ -96,9 +96,44 @@ def style_figure(fig, dark: bool | None = None):
     return fig
 
 
+# Pixels between the canvas's left and right edges and the plot, unless a figure asks for other: Bokeh's
+# 5 put a label beside a point at the plot's right edge, or a plot without a y axis, against the pane's
+# edge (ux review: ch. 6, 7, 20).
+MIN_BORDER = 16
+
+
 def themed_figure(dark: bool | None = None, **kw):
     """A Bokeh figure styled by ``style_figure``; keyword arguments go to ``bokeh.plotting.figure``."""
     from bokeh.plotting import figure
     kw.setdefault("sizing_mode", "stretch_width")
     kw.setdefault("toolbar_location", None)
+    kw.setdefault("min_border_left", MIN_BORDER)
+    kw.setdefault("min_border_right", MIN_BORDER)
     return style_figure(figure(**kw), dark)
+
+
+def legend_above(fig, ncols: int | None = None) -> None:
+    """Move the figure's legend above the plot, where it hides no point: one row, or `ncols` to a row
+    when one row would not fit a phone's 390 px."""
+    legend = fig.legend[0]
+    legend.orientation, legend.label_text_font_size, legend.padding, legend.margin = "horizontal", "8pt", 2, 0
+    if ncols:
+        legend.ncols = ncols
+    fig.center = [r for r in fig.center if r is not legend]
+    fig.add_layout(legend, "above")
+
+
+def log_ticks(mantissas=(1, 2, 5)):
+    """Fixed ticks at these multiples of each power of ten for a log axis: Bokeh's own log ticker drops
+    labels when a range spans under two decades, or crowds "5,000 6,000 7,000 8,000" at its top."""
+    from bokeh.models import FixedTicker
+    return FixedTicker(ticks=[m * 10**e for e in range(-1, 8) for m in mantissas])
+
+
+def log_span(values, headroom: float = 1.6, mantissas=(1, 2, 5)) -> tuple[float, float]:
+    """A log axis's (start, end) from the tick at or below the smallest value to the tick at or above
+    the largest times `headroom`, so the lowest point has a tick beneath it and the top point's label
+    (drawn above the point) stays inside the plot."""
+    ticks = sorted(m * 10**e for e in range(-1, 8) for m in mantissas)
+    lo, hi = min(values), max(values) * headroom
+    return (max([t for t in ticks if t <= lo] or [ticks[0]]), min([t for t in ticks if t >= hi] or [ticks[-1]]))

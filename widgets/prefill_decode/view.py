@@ -9,13 +9,7 @@ Pure functions of the points, so the saved first example paints exactly like a l
 from __future__ import annotations
 
 from widgets.common import PALETTE, esc, is_dark, label_html, style_figure, themed_figure
-
-
-def log_ticks(mantissas=(1, 2, 5)):
-    """Fixed ticks at these multiples of each power of ten (Bokeh's own log ticks drop labels when a
-    range spans under two decades)."""
-    from bokeh.models import FixedTicker
-    return FixedTicker(ticks=[m * 10**e for e in range(-1, 8) for m in mantissas])
+from widgets.common.theme import legend_above, log_ticks  # noqa: F401 (roofline.py takes log_ticks from here)
 
 
 def _ms(x: float) -> str:
@@ -30,7 +24,7 @@ def latency_figure(with_recorded: bool):
     src = {k: ColumnDataSource(data={"tokens": [], "ms": [], "tip": []}) for k in
            ("ttft", "itl", "rec_ttft", "rec_itl")}
     fig = themed_figure(dark=is_dark(), height=260, y_axis_type="log", x_axis_label="prompt tokens",
-                        y_axis_label="milliseconds", min_border_right=12)
+                        y_axis_label="milliseconds")
     fig.line("tokens", "ms", source=src["ttft"], color=c[0], line_width=2)
     fig.line("tokens", "ms", source=src["itl"], color=c[1], line_width=2, line_dash="dashed")
     marks = [fig.scatter("tokens", "ms", source=src["ttft"], color=c[0], size=9, legend_label="TTFT"),
@@ -45,10 +39,8 @@ def latency_figure(with_recorded: bool):
     fig.yaxis.ticker = log_ticks()
     fig.yaxis.formatter = NumeralTickFormatter(format="0,0.[0]")
     style_figure(fig, is_dark())       # again: the legend exists only now
-    fig.legend.location = "top_left"
-    fig.legend.label_text_font_size = "8pt"
-    fig.legend.padding = 4
-    fig.legend.spacing = 0
+    # Above the plot, two to a row: inside it, the box sat on the measured points (ux review ch. 11).
+    legend_above(fig, ncols=2)
     return fig, src
 
 

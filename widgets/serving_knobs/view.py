@@ -10,6 +10,7 @@ and the runs as a table. Each point is numbered like its row in the table; hover
 from __future__ import annotations
 
 from widgets.common import MARKERS, PALETTE, card_table, esc, is_dark, label_html, style_figure, themed_figure
+from widgets.common.theme import legend_above, log_span, log_ticks
 from widgets.serving_knobs.compute import frontier
 
 KINDS = {"chatbot": ("chat", PALETTE[0]), "summarization": ("summarization", PALETTE[1]),
@@ -28,23 +29,17 @@ def tip(n: int, p: dict, what: str, pct: str) -> str:
             f"{_ms(p[f'{what.lower()}_{pct}_ms'])} · {p.get('source') or 'measured on ' + p['device']}")
 
 
-def legend_above(fig) -> None:
-    """The legend in one row above the plot, where it hides no point (at 390 px too)."""
-    legend = fig.legend[0]
-    legend.orientation, legend.label_text_font_size, legend.padding, legend.margin = "horizontal", "8pt", 2, 0
-    fig.center = [r for r in fig.center if r is not legend]
-    fig.add_layout(legend, "above")
-
-
 class FrontierPlot:
     """Latency (TTFT or ITL) at p50 and p99 against throughput; the frontier of each drawn as a line."""
 
     def __init__(self, what: str):
-        from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter
+        from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter, Range1d
         dark = is_dark()
         self.what = what
+        # The y range is set by show() from the points (log_span): Bokeh's own left the top point's
+        # number outside the plot and the lowest point with no tick beneath it.
         self.fig = themed_figure(dark=dark, height=240, y_axis_type="log", x_axis_label="output tokens/s",
-                                 y_axis_label=f"{what} (ms, log scale)", min_border_right=12)
+                                 y_axis_label=f"{what} (ms, log scale)", y_range=Range1d(10, 10_000))
         self.src, self.line, marks = {}, {}, []
         for pct, (colour, marker) in PCTS.items():
             self.src[pct] = ColumnDataSource(data={"x": [], "y": [], "n": [], "tip": []})
@@ -55,6 +50,7 @@ class FrontierPlot:
             self.fig.text("x", "y", text="n", source=self.src[pct], x_offset=7, y_offset=-4, text_font_size="8pt",
                           text_color=colour)
         self.fig.add_tools(HoverTool(renderers=marks, tooltips="@tip"))
+        self.fig.yaxis.ticker = log_ticks()                                   # 1, 2, 5 × 10ⁿ: never jammed
         self.fig.yaxis.formatter = NumeralTickFormatter(format="0,0.[0]")    # 150,000 rather than 1.5e+5
         style_figure(self.fig, dark)
         legend_above(self.fig)
@@ -68,6 +64,9 @@ class FrontierPlot:
                                   "n": [str(n) for n, _ in have], "tip": [tip(n, p, self.what, pct) for n, p in have]}
             best = frontier([p for _, p in have], field)
             self.line[pct].data = {"x": [p["tokens_per_s"] for p in best], "y": [p[field] for p in best]}
+        shown = [v for pct in PCTS for v in self.src[pct].data["y"]]
+        if shown:
+            self.fig.y_range.start, self.fig.y_range.end = log_span(shown)
 
 
 class LengthScatter:
@@ -77,7 +76,7 @@ class LengthScatter:
         from bokeh.models import ColumnDataSource, HoverTool
         dark = is_dark()
         self.fig = themed_figure(dark=dark, height=220, x_axis_label="prompt tokens (ISL)",
-                                 y_axis_label="output tokens (OSL)", min_border_right=12)
+                                 y_axis_label="output tokens (OSL)")
         self.src, marks = {}, []
         for i, (kind, (name, colour)) in enumerate(KINDS.items()):
             self.src[kind] = ColumnDataSource(data={"x": [], "y": [], "tip": []})
@@ -85,8 +84,12 @@ class LengthScatter:
                                           legend_label=name))
         self.fig.add_tools(HoverTool(renderers=marks, tooltips="@tip"))
         self.fig.x_range.start = self.fig.y_range.start = 0
+        self.fig.x_range.range_padding = self.fig.y_range.range_padding = 0.15   # no point against an edge
         style_figure(self.fig, dark)
         legend_above(self.fig)
+        # A kind the pattern has no request of keeps its legend item hidden: an item whose renderer
+        # has no points is drawn without a marker (chat showed "summarization" and "code generation").
+        self.items = {kind: item for kind, item in zip(KINDS, self.fig.legend[0].items)}
 
     def show(self, requests: list[dict]) -> None:
         for kind, (name, _) in KINDS.items():
@@ -94,6 +97,7 @@ class LengthScatter:
             self.src[kind].data = {"x": [r["isl"] for _, r in mine], "y": [r["osl"] for _, r in mine],
                                    "tip": [f"request {i} ({name}): {r['isl']} prompt tokens, {r['osl']} output "
                                            "tokens" for i, r in mine]}
+            self.items[kind].visible = bool(mine)
 
 
 RUN_COLUMNS = ("run", "max_num_seqs", "budget", "chunked · caching", "tokens/s", "TTFT p50 / p99",
