@@ -96,3 +96,14 @@ def test_widget_runs_on_a_budget_change(llm):
     with pytest.raises(ValueError):
         compare(llm, list(CHATS), DEFAULT_DOC, 100)                             # not a budget on the slider
     w.close()
+
+
+def test_on_and_off_step_charts_share_their_axes():
+    """ux review #5: with a y axis each, the unchunked 284-token step was drawn as tall as a 64-token
+    chunk. Both figures hold the same range objects, so Bokeh spans them over both figures' bars."""
+    w = ChunkedPrefillWidget(LoadedEngine())
+    on, off = w._bars["on"].fig, w._bars["off"].fig
+    assert on.y_range is off.y_range and on.x_range is off.x_range and on.y_range.start == 0
+    items = [i.label.value for i in w._gaps.fig.legend[0].items]  # the dashed lines have their entries
+    assert "chunked: document's 1st token" in items and "not chunked: document's 1st token" in items
+    w.close()

@@ -1,7 +1,8 @@
 """What the chunked-prefill widget (widget.py) draws from one comparison (compute.compare):
 
     StepBars   per step, stacked bars of each request's tokens (three chats' decodes, the document's
-               chunk) against the token budget's line: one figure for chunking on, one for off
+               chunk) against the token budget's line: one figure for chunking on, one for off, on
+               the same axes (StepBars.pair), so the unchunked step stands as tall as its tokens
     GapPlot    every chat token's gap since the chat's previous token, against time since the
                document arrived, on and off; dashed lines where the document got its first token
     summary_html   the numbers in words
@@ -13,6 +14,7 @@ from __future__ import annotations
 from statistics import median
 
 from widgets.common import PALETTE, esc, is_dark, label_html, plural, style_figure, themed_figure
+from widgets.common.theme import legend_above
 from widgets.chunked_prefill.compute import DOC, chat_names
 
 COLOURS = {"chat 1": PALETTE[0], "chat 2": PALETTE[5], "chat 3": PALETTE[2], DOC: PALETTE[3]}
@@ -45,15 +47,17 @@ def bar_rows(run: dict) -> dict:
 
 
 class StepBars:
-    """Tokens per request in each step, with the budget as a dashed line."""
+    """Tokens per request in each step, with the budget as a dashed line. ``share`` gives this figure
+    another's x and y ranges (the same Bokeh objects: each range then spans both figures' bars)."""
 
-    def __init__(self, title: str):
+    def __init__(self, title: str, share: StepBars | None = None):
         from bokeh.models import ColumnDataSource, HoverTool
         dark = is_dark()
         self.src = ColumnDataSource(data={"x": [], "y": [], "h": [], "color": [], "tip": []})
         self.budget = ColumnDataSource(data={"x": [], "y": [], "tip": []})
+        ranges = {"x_range": share.fig.x_range, "y_range": share.fig.y_range} if share else {}
         self.fig = themed_figure(dark=dark, height=190, title=title, x_axis_label="step (0 = the document arrives)",
-                                 y_axis_label="tokens", min_border_right=10)
+                                 y_axis_label="tokens", **ranges)
         bars = self.fig.rect("x", "y", width=0.8, height="h", fill_color="color", line_color=None, source=self.src)
         line = self.fig.line("x", "y", source=self.budget, color=PALETTE[3], line_dash="dashed", line_width=2)
         self.fig.add_tools(HoverTool(renderers=[bars], tooltips="@tip"),
@@ -62,6 +66,14 @@ class StepBars:
         self.fig.title.text_font_size = "9pt"
         self.fig.xgrid.visible = False
         style_figure(self.fig, dark)
+
+    @classmethod
+    def pair(cls, title_on: str, title_off: str) -> dict[str, StepBars]:
+        """The "on" and "off" figures on one pair of axes. With a y axis each, the unchunked run's one
+        284-token step was drawn as tall as a 64-token chunk, and the figure's point was lost (ux review
+        ch. 17); one x axis puts the same step under the same step."""
+        on = cls(title_on)
+        return {"on": on, "off": cls(title_off, share=on)}
 
     def show(self, run: dict | None, title: str) -> None:
         self.fig.title.text = title
@@ -82,7 +94,7 @@ class GapPlot:
         from bokeh.models import ColumnDataSource, HoverTool
         dark = is_dark()
         self.fig = themed_figure(dark=dark, height=230, x_axis_label="ms since the document arrived",
-                                 y_axis_label="gap before each chat token (ms)", min_border_right=10)
+                                 y_axis_label="gap before each chat token (ms)")
         self.src, self.ttft, marks = {}, {}, []
         for mode, (name, colour, marker) in MODES.items():
             self.src[mode] = ColumnDataSource(data={"x": [], "y": [], "tip": []})
@@ -90,13 +102,12 @@ class GapPlot:
             marks.append(self.fig.scatter("x", "y", source=self.src[mode], color=colour, marker=marker, size=7,
                                           legend_label=name))
             marks.append(self.fig.segment("x0", "y0", "x1", "y1", source=self.ttft[mode], color=colour,
-                                          line_dash="dashed", line_width=2))
+                                          line_dash="dashed", line_width=2,
+                                          legend_label=f"{name}: document's 1st token"))
         self.fig.add_tools(HoverTool(renderers=marks, tooltips="@tip"))
         self.fig.y_range.start = 0
         style_figure(self.fig, dark)
-        self.fig.legend.location = "top_right"
-        self.fig.legend.label_text_font_size = "8pt"
-        self.fig.legend.padding = 4
+        legend_above(self.fig, ncols=2)         # a row per mode: its gaps, its document's first token
 
     def show(self, data: dict, label: str) -> None:
         top = max([g for m in MODES if m in data for gs in data[m]["gaps"].values() for _, g in gs] or [1])

@@ -66,7 +66,7 @@ class ChunkedPrefillWidget(Widget):
         self._budget.param.watch(lambda e: self._submit(debounce_ms=250), "value")
         self._doc.param.watch(lambda e: self._submit(debounce_ms=400), "value")
         self._summary = html_pane("", ["cp-summary-pane"])
-        self._bars = {"on": StepBars("chunked prefill on"), "off": StepBars("chunked prefill off")}
+        self._bars = StepBars.pair("chunked prefill on", "chunked prefill off")     # one pair of axes
         self._gaps = GapPlot()
         chats = ", ".join(f"“{esc(c)}”" for c in self._chats)
         self.layout = pn.Column(
