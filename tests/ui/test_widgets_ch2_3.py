@@ -128,6 +128,54 @@ def test_embeddings_compare_neighbours_map_and_escaping(app):
     app.assert_clean()                    # no dialog: the reader's markup stayed text
 
 
+# The map's word labels as Bokeh drew them: each one's box in pixels from the plot's own scales, its
+# offsets and its measured text, and the plot's frame (ux review ch. 3: labels overlapped).
+_LABEL_BOXES = """() => { const out = {labels: [], points: 0, frames: []};
+  const ctx = document.createElement("canvas").getContext("2d");
+  const visit = (v) => {
+    if (v.frame && v.renderer_views) {
+      for (const rv of v.renderer_views.values()) {
+        const m = rv.model;
+        if (m.type == "LabelSet" || (m.constructor && m.constructor.__name__ == "LabelSet")) {
+          const d = m.source.data, f = v.frame.bbox;
+          ctx.font = m.text_font_size.value + " " + m.text_font.value;
+          out.frames.push([f.left, f.top, f.right, f.bottom]);
+          for (let i = 0; i < d.word.length; i++) {
+            const w = ctx.measureText(d.word[i]).width;
+            const sx = v.frame.x_scale.compute(d.x[i]) + d.xo[i];      // the scales give canvas pixels
+            const sy = v.frame.y_scale.compute(d.y[i]) - d.yo[i];
+            const x0 = d.align[i] == "left" ? sx : d.align[i] == "right" ? sx - w : sx - w / 2;
+            out.labels.push({word: d.word[i], box: [x0, sy - 6, x0 + w, sy + 6]});
+          }
+        } else if (m.data_source && m.data_source.data.word) out.points += m.data_source.data.word.length;
+      }
+    }
+    for (const c of (v.child_views || [])) visit(c);
+  };
+  for (const v of Object.values(Bokeh.index)) visit(v);
+  return out; }"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_embeddings_map_labels_do_not_overlap(browser, server, app_page_class, width):
+    ctx = browser.new_context(viewport={"width": width, "height": 900})
+    page = app_page_class(ctx.new_page(), server).open("?chapter=embeddings")
+    page.locator(f"{EMB} .emb-map-pane").scroll_into_view_if_needed()
+    page.wait_for_function("() => Object.values(Bokeh.index).length > 0")
+    deadline = time.monotonic() + 30      # placed in the browser once the plot has its size
+    while not (got := page.evaluate(_LABEL_BOXES))["labels"] and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    labels, [frame] = got["labels"], got["frames"]
+    assert len(labels) >= got["points"] // 2 and "king" in {lb["word"] for lb in labels}   # most words shown
+    for i, a in enumerate(labels):
+        x0, y0, x1, y1 = a["box"]
+        assert frame[0] - 1 <= x0 and x1 <= frame[2] + 1 and frame[1] - 1 <= y0 and y1 <= frame[3] + 1, a
+        for b in labels[i + 1:]:
+            overlap = min(x1, b["box"][2]) - max(x0, b["box"][0]), min(y1, b["box"][3]) - max(y0, b["box"][1])
+            assert min(overlap) <= 1, (a, b)
+    ctx.close()
+
+
 def test_embeddings_start_from_the_example_and_switch_to_the_readers_sentence(app):
     # A carried sentence does not replace the chapter's example: the widget opens on it, and offers one
     # control that reloads the page with mine=1 (the state in the URL), and a control back.

@@ -115,3 +115,19 @@ def test_loading_shows_the_saved_example_not_a_blank():
     assert 'data-state="loading"' in w.gate.pane.object
     assert "0.62" in w._compare.object and "recorded on" in w._compare.object
     assert "␣King" in w._neighbours.object and len(w._map.sources["royalty"].data["word"]) == 8
+
+
+def test_map_labels_are_placed_in_the_browser_from_every_set():
+    """ux review ch. 3: labels overlapped (dog over cat, queen/emperor/prince). One LabelSet draws the
+    words from a label source that _PLACE_LABELS fills in the browser, where the plot's pixel size is
+    known; it runs when any set's points or either range change (tests/ui checks it places no overlap)."""
+    from bokeh.models import LabelSet
+    from widgets.common.handle import EngineStatus
+    from tests.helpers.fakes import FakeHandle
+    w = EmbeddingsWidget(FakeHandle(EngineStatus.LOADING))
+    fig = w._map.fig
+    [labels] = fig.select(LabelSet)
+    assert labels.source is w._map.labels and labels.x_offset == "xo" and labels.text_align == "align"
+    for model, attr in [*((src, "data") for src in w._map.sources.values()),
+                        (fig.x_range, "start"), (fig.x_range, "end"), (fig.y_range, "start"), (fig.y_range, "end")]:
+        assert model.js_property_callbacks.get(f"change:{attr}"), (model, attr)

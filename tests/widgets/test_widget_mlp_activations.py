@@ -92,3 +92,12 @@ def test_widget_follows_layer_token_and_neuron(llm):
     w._box.value = "a <b>bold</b> claim"
     assert w.jobs.wait_idle(60)
     assert "<b>bold" not in w._profile_text.object and "&lt;" in w._profile_text.object + w._flow.object
+
+
+def test_both_plots_keep_a_border_at_their_left_edge():
+    """ux review ch. 7: stray marks clipped at the left edge of both plots."""
+    from widgets.common.theme import MIN_BORDER
+    w = MLPActivations(FakeHandle(EngineStatus.LOADING))
+    assert w._plots.neurons.data["neuron"]                                  # drawn: the saved example
+    for fig in (w._plots.scatter, w._plots.profile):
+        assert fig.min_border_left >= MIN_BORDER and fig.min_border_right >= MIN_BORDER

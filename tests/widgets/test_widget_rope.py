@@ -92,3 +92,16 @@ def test_widget_moves_both_positions_together_and_refuses_leaving_the_window(llm
     assert "m − n = 0" in w._readout.object
     w._pair_b.value = 31
     assert "pair 31" in w._plots[1].figure.title.text
+
+
+def test_pair_plots_leave_room_at_their_edges():
+    """ux review ch. 6: marks clipped at the left edge. The circles have 15% of room around them (an
+    arrow's dot on its circle stays inside), each pair plot's title starts with the pair it shows, and
+    the score curve keeps the theme's border."""
+    from widgets.common.theme import MIN_BORDER
+    w = RopeWidget(FakeHandle(EngineStatus.LOADING))
+    for plot in w._plots:
+        fig = plot.figure
+        assert fig.title.text.startswith("pair ")
+        assert fig.x_range.range_padding >= 0.15 and fig.y_range.range_padding >= 0.15
+    assert w._curve.figure.min_border_left >= MIN_BORDER and w._curve.figure.min_border_right >= MIN_BORDER

@@ -52,7 +52,8 @@ def map_note_html(share: list[float], label: str) -> str:
     """What the two axes of the map keep of the words' spread."""
     return (f'<p class="w-small">PCA keeps the two directions along which these words differ most: they carry '
             f"{100 * share[0]:.0f}% and {100 * share[1]:.0f}% of the spread among them; the other 574 "
-            f"dimensions are flattened away. Hover a point for its tokens. {label_html(label)}</p>")
+            f"dimensions are flattened away. Hover a point for its tokens (and for its word where "
+            f"labels would overlap). {label_html(label)}</p>")
 
 
 _SYMBOL = {"circle": "●", "square": "■", "triangle": "▲", "diamond": "◆", "inverted_triangle": "▼", "hex": "⬢", "star": "★"}
@@ -65,27 +66,94 @@ def legend_html(set_names: list[str]) -> str:
     return f'<p class="w-small emb-legend">Word sets on the map (click a button to show or hide it): {keys}</p>'
 
 
+# Where each word's label goes, worked out in the browser: whether two labels overlap depends on the
+# plot's size in pixels (about 300 px wide on a phone, 650 on a desktop), which only the browser knows.
+# Each label tries the right of its point, then the left, above, below and the four corners, and takes
+# the first place that stays inside the plot and covers no point and no label placed before it; a word
+# with no free place keeps only its tooltip (the map's note says so). It runs when the data or the ranges change
+# and, through a ResizeObserver on the plot's element, when the plot's width does.
+_PLACE_LABELS = """
+const run = (tries) => {
+  // The first call can come before the plot's view exists or has its size (the ranges' first change):
+  // try again shortly, or no label would show until the data next changed.
+  const view = Bokeh.index.find_one(fig);
+  const later = () => { if (tries < 100) setTimeout(() => run(tries + 1), 100); };
+  if (view == null) return later();
+  if (view._emb_labels == null) {
+    let queued = false;
+    view._emb_labels = new ResizeObserver(() => {
+      if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; run(0); }); }
+    });
+    view._emb_labels.observe(view.el);
+  }
+  const W = view.frame.bbox.width, H = view.frame.bbox.height;
+  const xr = fig.x_range, yr = fig.y_range;
+  if (!(W > 0 && H > 0 && xr.end > xr.start && yr.end > yr.start)) return later();
+  const X = (x) => (x - xr.start) / (xr.end - xr.start) * W;
+  const Y = (y) => (y - yr.start) / (yr.end - yr.start) * H;      // upwards, as y_offset counts
+  const ctx = document.createElement("canvas").getContext("2d");
+  ctx.font = font;
+  const pts = [];
+  for (const src of sources)
+    for (let i = 0; i < src.data.x.length; i++)
+      pts.push({x: src.data.x[i], y: src.data.y[i], word: src.data.word[i]});
+  const R = 6, GAP = 7, TH = 12;                 // a marker's half size, label's gap and height (px)
+  const taken = pts.map((p) => [X(p.x) - R, Y(p.y) - R, X(p.x) + R, Y(p.y) + R]);
+  const hits = (a, b) => a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3];
+  const out = {x: [], y: [], word: [], xo: [], yo: [], align: []};
+  for (const p of pts) {
+    const w = ctx.measureText(p.word).width + 2, px = X(p.x), py = Y(p.y), up = R + 1 + TH / 2;
+    for (const [dx, dy, align] of [[GAP, 0, "left"], [-GAP, 0, "right"], [0, up, "center"], [0, -up, "center"],
+                                   [GAP, up, "left"], [GAP, -up, "left"], [-GAP, up, "right"], [-GAP, -up, "right"]]) {
+      const x0 = align == "left" ? px + dx : align == "right" ? px + dx - w : px - w / 2;
+      const box = [x0, py + dy - TH / 2, x0 + w, py + dy + TH / 2];
+      if (box[0] < 0 || box[2] > W || box[1] < 0 || box[3] > H || taken.some((t) => hits(t, box)))
+        continue;
+      taken.push(box);
+      out.x.push(p.x); out.y.push(p.y); out.word.push(p.word);
+      out.xo.push(dx); out.yo.push(dy); out.align.push(align);
+      break;
+    }
+  }
+  labels.data = out;
+};
+run(0);
+"""
+LABEL_FONT = "11px"
+
+
 class EmbeddingMap:
     """The 2-D PCA picture: ``show(map_data)`` replaces the points; the figure itself is built once."""
 
     def __init__(self, set_names: list[str]):
-        from bokeh.models import ColumnDataSource, HoverTool, LabelSet
+        from bokeh.models import ColumnDataSource, CustomJS, HoverTool, LabelSet
         dark = is_dark()
         c = ink(dark)
-        self.fig = themed_figure(dark, height=380, min_border_left=10, x_axis_label="PC1", y_axis_label="PC2")
+        self.fig = themed_figure(dark, height=380, x_axis_label="PC1", y_axis_label="PC2")
         self.sources = {}
         for i, name in enumerate(set_names):
             src = ColumnDataSource({"x": [], "y": [], "word": [], "pieces": [], "set": []})
             self.fig.scatter("x", "y", source=src, size=11, marker=MARKERS[i % len(MARKERS)],
                              color=PALETTE[i % len(PALETTE)], alpha=.9)
-            self.fig.add_layout(LabelSet(x="x", y="y", text="word", source=src, x_offset=7, y_offset=-4,
-                                         text_font_size="11px", text_color=c["text"]))
             self.sources[name] = src
+        # One label source for every set, filled by _PLACE_LABELS in the browser.
+        self.labels = ColumnDataSource({"x": [], "y": [], "word": [], "xo": [], "yo": [], "align": []})
+        self.fig.add_layout(LabelSet(x="x", y="y", text="word", source=self.labels, x_offset="xo", y_offset="yo",
+                                     text_align="align", text_baseline="middle", text_font_size=LABEL_FONT,
+                                     text_color=c["text"]))
+        place = CustomJS(args={"fig": self.fig, "sources": list(self.sources.values()), "labels": self.labels,
+                               "font": f"{LABEL_FONT} {self.fig.xaxis[0].major_label_text_font}"},
+                         code=_PLACE_LABELS)
+        for src in self.sources.values():
+            src.js_on_change("data", place)
+        for rng in (self.fig.x_range, self.fig.y_range):
+            rng.js_on_change("start", place)
+            rng.js_on_change("end", place)
         self.fig.add_tools(HoverTool(tooltips=[("word", "@word"), ("set", "@set"), ("tokens", "@pieces"),
                                                ("PC1, PC2", "@x{0.00}, @y{0.00}")]))
-        # Labels sit right of their points: leave room on that side. The key is HTML (legend_html),
-        # where it wraps on a phone; a Bokeh legend would be cut off.
-        self.fig.x_range.range_padding, self.fig.y_range.range_padding = 0.3, 0.12
+        # Room around the points for their labels. The key is HTML (legend_html), where it wraps on a
+        # phone; a Bokeh legend would be cut off.
+        self.fig.x_range.range_padding, self.fig.y_range.range_padding = 0.2, 0.12
         self.pane = pn.pane.Bokeh(self.fig, sizing_mode="stretch_width", css_classes=["emb-map"])
 
     def show(self, data: dict) -> None:

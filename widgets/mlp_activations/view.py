@@ -42,7 +42,7 @@ class MLPPlots:
         self.chosen = ColumnDataSource({"x": [], "y": [], "neuron": [], "product": []})
         self.mapper = LinearColorMapper(palette=diverging(), low=-1, high=1)
         fig = themed_figure(dark, height=330, tools="", x_axis_label="gate = W_gate·x (before SiLU)",
-                            y_axis_label="up = W_up·x", css_classes=["mlp-scatter"], min_border_left=8)
+                            y_axis_label="up = W_up·x", css_classes=["mlp-scatter"])
         dots = fig.scatter("x", "y", source=self.neurons, size="size", line_color=None,
                            fill_color={"field": "product", "transform": self.mapper}, fill_alpha=0.85,
                            nonselection_fill_alpha=0.85, selection_fill_alpha=0.85)
@@ -58,8 +58,7 @@ class MLPPlots:
         self.scatter = fig
 
         self.bars = ColumnDataSource({"x": [], "top": [], "tok": [], "line": []})
-        prof = themed_figure(dark, height=220, tools="", y_axis_label="product", css_classes=["mlp-profile-plot"],
-                             min_border_left=8)
+        prof = themed_figure(dark, height=220, tools="", y_axis_label="product", css_classes=["mlp-profile-plot"])
         prof.grid.grid_line_alpha = 0.5
         # Same colours as the dots (sign of the product); the chosen token is outlined.
         bars = prof.vbar("x", top="top", width=0.8, source=self.bars, line_color="line", line_width=2,

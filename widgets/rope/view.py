@@ -25,8 +25,12 @@ class PairPlot:
         self.source = ColumnDataSource({"x": [0.0, 0.0], "y": [0.0, 0.0], "who": ["query", "key"],
                                         "pos": [0, 0], "angle": [0.0, 0.0], "color": PALETTE[:2]})
         self.rings = ColumnDataSource({"r": [1.0, 1.0], "who": ["query", "key"], "color": PALETTE[:2]})
+        # No axes, so a 4 px border all round (at 390 px two plots share a row, and the title needs all
+        # of its 175 px); 15% of room around the circles keeps an arrow's head or dot at the circle's
+        # edge inside the plot.
         fig = themed_figure(dark, height=270, sizing_mode="stretch_width", match_aspect=True, tools="",
-                            min_border=4, title="")
+                            min_border=4, min_border_left=4, min_border_right=4, title="")
+        fig.x_range.range_padding = fig.y_range.range_padding = 0.15
         fig.axis.visible = False
         fig.grid.visible = False
         rings = fig.circle(0, 0, radius="r", source=self.rings, fill_alpha=0, line_color="color",
@@ -59,7 +63,7 @@ class ScoreCurve:
         self.curve = ColumnDataSource({"d": [], "s": []})
         self.mark = ColumnDataSource({"d": [], "s": []})
         fig = themed_figure(dark, height=200, tools="", x_axis_label="distance m − n (positions)",
-                            y_axis_label="score q·k/√d", min_border_left=8)
+                            y_axis_label="score q·k/√d")
         dots = fig.scatter("d", "s", source=self.curve, size=4, color=PALETTE[2])
         fig.line("d", "s", source=self.curve, color=PALETTE[2], alpha=0.6)
         here = fig.scatter("d", "s", source=self.mark, size=12, color=PALETTE[3], marker="diamond")
