@@ -146,7 +146,9 @@ def _link(stage: Stage, links: Links, here: tuple[str, ...], compact: bool, inde
     glyph = "" if compact else GLYPHS.get(stage.key, "")
     num = "" if compact or stage.key in INNER else f'<span class="ovm-num" aria-hidden="true">{index + 1}</span>'
     sub = "" if compact else f'<span class="ovm-what">{_e(stage.brief)}</span>'
-    tag = '<span class="ovm-here">you are here</span>' if current and compact else ""
+    # a pin over this chapter's stage; the recap is about the whole journey: its title says so instead
+    tag = ('<span class="ovm-here">you are here</span>' if current and compact and len(here) < len(STAGES)
+           else "")
     # The badge prints a live figure (app.css, from the map's CSS variables); empty and hidden when idle.
     return (f'<a class="ovm-link" href="{_e(links.chapter(stage.slug))}" title="{_e(tip)}" '
             f'data-stage="{stage.key}" style="--i:{index}"{attrs}>{num}{glyph}'
@@ -176,9 +178,11 @@ def overview_map_html(current_slug: str | None = None, compact: bool = False,
     model = "".join(item(s, i) for i, s in enumerate(order) if s.lane == "model")
     engine = "".join(item(s, i) for i, s in enumerate(order) if s.lane == "engine")
     if compact:
-        where = ", ".join(BY_KEY[k].name for k in here) or "outside the journey"
+        whole = len(here) == len(STAGES)
+        where = "the whole journey" if whole else ", ".join(BY_KEY[k].name for k in here)
+        title = "A request's journey — you are here: the whole of it" if whole else "A request's journey"
         return ('<nav class="ovm ovm-compact" aria-label="A request\'s journey; this chapter: '
-                f'{_e(where)}"><span class="ovm-compact-title" aria-hidden="true">Journey</span>'
+                f'{_e(where)}"><span class="ovm-compact-title" aria-hidden="true">{_e(title)}</span>'
                 f'<ol class="ovm-lane ovm-row">{model}{engine}</ol></nav>')
     return (
         '<figure class="ovm ovm-full" aria-label="Map: a request\'s journey through the engine">'
@@ -243,7 +247,7 @@ def live_html(view: dict | None, done: dict | None = None, compact: bool = False
         v = done
         blocks = _plural(v["blocks"], "KV block")
         return (f'<p class="ovm-live ovm-done" data-phase="done"><b>Done.</b> Your request finished: '
-                f'{_plural(v["cached"], "token")} had filled {blocks} of {v["block_size"]} tokens, now freed '
+                f'{_plural(v["cached"], "token")} had filled {blocks} ({v["block_size"]} tokens each), now freed '
                 'for the next reader.</p>')
     v = view
     if v["phase"] == "waiting":
@@ -255,7 +259,7 @@ def live_html(view: dict | None, done: dict | None = None, compact: bool = False
         others = (f'with {_plural(v["others"], "other request")}' if v["others"] else "alone")
         words = (f'<b>{v["phase"].capitalize()}</b> · step {v["step"]:,}: your request {what}, {others} in the '
                  f'batch · {_plural(v["cached"], "token")} in its KV cache = <b>{_plural(v["blocks"], "KV block")}'
-                 f'</b> of {v["block_size"]} · the engine holds {v["kv_used"]:,} of {v["kv_total"]:,} blocks')
+                 f'</b> ({v["block_size"]} tokens each) · the engine holds {v["kv_used"]:,} of {v["kv_total"]:,} blocks')
     pics = ""
     if not compact:
         cells = []
