@@ -131,6 +131,14 @@ def test_side_panel_compares_the_same_sequences():
     assert "216 (84%)" in html and "about 21" in html and "modelled" in html
 
 
+def test_side_panel_of_an_empty_pool_says_so_instead_of_comparing_nothing():
+    pic = {"num_blocks": 32, "block_size": 16, "requests": {}, "samples": {},
+           "blocks": [{"id": i, "ref": 0, "used": 0} for i in range(32)]}
+    html = compare_html(pic, "measured on cpu")
+    assert "No sequence holds a block yet" in html and "0 sequences" not in html and "<table" not in html
+    assert "4 such reservations fit in 512 slots" in html          # 512 slots // 128 reserved each
+
+
 def test_widget_replays_the_example_then_frees_its_pool_when_the_session_ends(llm):
     w = PageAllocator(LoadedEngine())
     assert 'class="pa-block' in w._grid.object and "recorded on" in w._side.object   # never blank

@@ -118,6 +118,11 @@ def usage(pic: dict) -> dict:
 def compare_html(pic: dict, label: str) -> str:
     u = usage(pic)
     c, p = u["contiguous"], u["paged"]
+    if not u["sequences"]:        # an empty pool (just reset): nothing to compare yet
+        return ('<p class="pa-head">Two allocators</p><p class="w-small">No sequence holds a block yet. Add a '
+                f'request: this panel then compares the engine\'s paged pool with a contiguous allocator that '
+                f'reserves {RESERVE} slots per sequence up front ({c["fit"]} such reservations fit in '
+                f'{u["pool_slots"]:,} slots).</p>')
 
     def pct(part, whole):
         return f" ({100 * part / whole:.0f}%)" if whole else ""
