@@ -9,7 +9,7 @@ pn = pytest.importorskip("panel")
 
 from widgets.chunked_prefill.widget import CHATS, DEFAULT_DOC, ChunkedPrefillWidget  # noqa: E402
 from widgets.chunked_prefill.compute import DOC, compare, document_ids, drive, off_budget, private_engine  # noqa: E402
-from widgets.chunked_prefill.view import bar_rows, summary_html  # noqa: E402
+from widgets.chunked_prefill.view import bar_rows, progress_text, summary_html  # noqa: E402
 from widgets.common import Cancelled  # noqa: E402
 from widgets.common.examples import load_example  # noqa: E402
 from widgets.common.testing import LoadedEngine, same  # noqa: E402
@@ -107,3 +107,37 @@ def test_on_and_off_step_charts_share_their_axes():
     items = [i.label.value for i in w._gaps.fig.legend[0].items]  # the dashed lines have their entries
     assert "chunked: document's 1st token" in items and "not chunked: document's 1st token" in items
     w.close()
+
+
+def test_a_run_posts_its_progress_step_by_step_before_its_result(llm):
+    """Honest waits (issue 30 item 3): a comparison takes seconds on a CPU, so every step posts where it
+    is — the run, its step, the document's tokens so far — and the reader's line says it."""
+    posts = []
+    final = compare(llm, list(CHATS), DEFAULT_DOC, 128, post=posts.append)
+    progress = [d["progress"] for d in posts if "progress" in d]
+    on = [p for p in progress if p["run"] == "on"]
+    off = [p for p in progress if p["run"] == "off"]
+    assert on and off and progress.index(on[-1]) < progress.index(off[0])        # run 1, then run 2
+    assert [p["steps"] for p in on] == sorted(p["steps"] for p in on)             # one post per step, in order
+    doc = [p for p in on if p["stage"] == "document"]
+    assert [p["doc_done"] for p in doc] == sorted(p["doc_done"] for p in doc)      # the document fills up ...
+    assert on[-1]["doc_done"] == final["on"]["doc_tokens"] and on[-1]["chunks"] == len(final["on"]["doc_chunks"])
+    assert off[-1]["chunks"] == 1 and off[-1]["budget"] == final["off"]["budget"]  # ... in one step unchunked
+    assert all("off" not in d for d in posts[:-1]) and "on" in posts[-1]           # the result comes after
+
+    middle = next(p for p in on if p["stage"] == "document" and 0 < p["doc_done"] < p["doc_tokens"])
+    text = progress_text(middle)
+    assert text.startswith("Run 1 of 2 (chunked, budget 128): step ") and "chunk" in text
+    assert f"{middle['doc_done']:,} of {middle['doc_tokens']:,} prompt tokens computed" in text
+    assert progress_text(off[-1]).startswith(f"Run 2 of 2 (not chunked, budget raised to {off[-1]['budget']:,})")
+    assert "server is also generating for 3 other requests" in progress_text({**middle, "others": 3})
+    assert "server" not in text and progress_text(None) == ""
+
+
+def test_busy_requests_reads_the_shared_engines_latest_step():
+    from types import SimpleNamespace as NS
+    from widgets.common.load import busy_note, busy_requests
+    assert busy_requests(NS(stats=NS(num_running=2, updated_s=100.0)), now=100.5) == 2
+    assert busy_requests(NS(stats=NS(num_running=2, updated_s=100.0)), now=102.0) == 0    # gone idle since
+    assert busy_requests(object()) == 0 and busy_note(0) == ""
+    assert busy_note(1) == " The server is also generating for another request, so this run is slower than usual."

@@ -12,6 +12,7 @@ inter-token gaps and the document's TTFT from the request outputs' own timestamp
 """
 from __future__ import annotations
 
+from widgets.common.load import busy_requests
 from widgets.common.sandboxes import page_sandbox
 
 BLOCK_SIZE = 16
@@ -36,29 +37,43 @@ def document_ids(llm, text: str) -> tuple[list[int], bool]:
     return llm.tokenizer.encode_ids(llm.format_prompt(f"Summarize this in one sentence:\n\n{body}", chat=True)), cut
 
 
-def drive(engine, chats: list[list[int]], doc: list[int], check=lambda: None) -> dict:
+def drive(engine, chats: list[list[int]], doc: list[int], check=lambda: None, progress=lambda p: None) -> dict:
     """Run the scenario on `engine` (a fresh private one) and read back what it did; every request is
-    aborted at the end (or on error), so the engine holds no block afterwards."""
+    aborted at the end (or on error), so the engine holds no block afterwards. ``progress(p)`` after every
+    step says where the run is (a run takes seconds on a CPU): p = {"stage": "chats" | "warm" | "document"
+    | "after", "steps": steps so far, "doc_done": document prompt tokens computed, "doc_tokens",
+    "chunks": steps that carried a piece of the document, "after": steps since its first token}."""
     from engine import SamplingParams
     names = chat_names(len(chats))
     chat_params = SamplingParams(temperature=0.0, max_tokens=CHAT_TOKENS, ignore_eos=True)
+    done = {"doc_done": 0, "chunks": 0}
+
+    def step(stage: str, after: int = 0):
+        events = engine.step()
+        latest = engine.trace.since(engine.trace.num_steps - 1)
+        piece = sum(e.num_tokens for e in latest[-1].entries
+                    if e.request_id == DOC and e.kind == "prefill") if latest else 0
+        done["doc_done"] += piece
+        done["chunks"] += bool(piece)
+        progress({"stage": stage, "steps": engine.trace.num_steps, "doc_tokens": len(doc), "after": after, **done})
+        return events
     try:
         for name, ids in zip(names, chats):
             engine.add_request(name, ids, chat_params)
         started: set[str] = set()
         while len(started) < len(names):            # the chats' prompts (chunked too, if the budget is small)
             check()
-            started |= {ev.request_id for ev in engine.step()}
+            started |= {ev.request_id for ev in step("chats")}
         for _ in range(WARM_STEPS):
             check()
-            engine.step()
+            step("warm")
         first_shown = engine.trace.num_steps - WARM_STEPS
         arrival = engine.trace.num_steps
         engine.add_request(DOC, doc, SamplingParams(temperature=0.0, max_tokens=AFTER_STEPS + 1, ignore_eos=True))
         after = None
         while after is None or after < AFTER_STEPS:
             check()
-            events = engine.step()
+            events = step("document" if after is None else "after", 0 if after is None else after + 1)
             if after is not None:
                 after += 1
             elif any(ev.request_id == DOC for ev in events):
@@ -97,15 +112,23 @@ def private_engine(llm, budget: int, chunked: bool):
 
 
 def compare(llm, chat_texts: list[str], doc_text: str, budget: int, check=lambda: None, post=lambda d: None) -> dict:
-    """The scenario with chunked prefill under `budget`, then without; `post` gets the first half early."""
+    """The scenario with chunked prefill under `budget`, then without. ``post`` gets the data so far after
+    every step, with a "progress" entry (drive's, plus "run": "on" | "off", the run's "budget" and
+    "others": requests the shared engine is running meanwhile), so the reader sees the run move; the
+    chunked half is in it as soon as it is done."""
     if budget not in BUDGETS:
         raise ValueError(f"the token budget is one of {', '.join(map(str, BUDGETS))}")
     chats = [llm.tokenizer.encode_ids(llm.format_prompt(t, chat=True)) for t in chat_texts]
     doc, cut = document_ids(llm, doc_text)
     data = {"chats": list(chat_texts), "doc": doc_text, "cut": cut, "budget": budget}
+
+    def report(run: str, run_budget: int):
+        return lambda p: post({**data, "progress": {**p, "run": run, "budget": run_budget,
+                                                    "others": busy_requests(llm)}})
     with private_engine(llm, budget, True) as engine:
-        data["on"] = drive(engine, chats, doc, check)
+        data["on"] = drive(engine, chats, doc, check, report("on", budget))
     post(dict(data))
-    with private_engine(llm, off_budget(budget, chats, doc), False) as engine:
-        data["off"] = drive(engine, chats, doc, check)
+    off = off_budget(budget, chats, doc)
+    with private_engine(llm, off, False) as engine:
+        data["off"] = drive(engine, chats, doc, check, report("off", off))
     return data

@@ -6,6 +6,7 @@
     GapPlot    every chat token's gap since the chat's previous token, against time since the
                document arrived, on and off; dashed lines where the document got its first token
     summary_html   the numbers in words
+    progress_text  where a run in flight is (run, step, stage), for the notes' progress line
 
 Bokeh models change only under the document lock: callers wrap ``show`` in ``pn.state.execute``.
 """
@@ -14,8 +15,9 @@ from __future__ import annotations
 from statistics import median
 
 from widgets.common import PALETTE, esc, is_dark, label_html, plural, style_figure, themed_figure
+from widgets.common.load import busy_note
 from widgets.common.theme import legend_above
-from widgets.chunked_prefill.compute import DOC, chat_names
+from widgets.chunked_prefill.compute import AFTER_STEPS, DOC, chat_names
 
 COLOURS = {"chat 1": PALETTE[0], "chat 2": PALETTE[5], "chat 3": PALETTE[2], DOC: PALETTE[3]}
 MODES = {"on": ("chunked", PALETTE[1], "circle"), "off": ("not chunked", PALETTE[4], "square")}
@@ -154,3 +156,23 @@ def summary_html(data: dict, label: str) -> str:
     parts.append(f"</p><p class=\"w-small\">{label_html(label)} · private engines, freed after each run "
                  f"({on['free_after']} of {on['num_blocks']} blocks free).</p>")
     return "".join(parts)
+
+
+def progress_text(p: dict | None) -> str:
+    """Where a running comparison is (compute.drive's progress, posted after every step): the run, its
+    step and stage, and a note when other readers' work shares the CPU. "" when there is nothing to say."""
+    if not p:
+        return ""
+    run = (f"Run 1 of 2 (chunked, budget {p['budget']:,})" if p["run"] == "on" else
+           f"Run 2 of 2 (not chunked, budget raised to {p['budget']:,})")
+    stage = p["stage"]
+    if stage == "chats":
+        what = "the three chats' prompts"
+    elif stage == "warm":
+        what = "the chats decode; the document arrives next"
+    elif stage == "document":
+        what = (f"the document: {p['doc_done']:,} of {plural(p['doc_tokens'], 'prompt token')} computed"
+                + (f" ({plural(p['chunks'], 'chunk')} so far)" if p["run"] == "on" and p["chunks"] else ""))
+    else:
+        what = f"the document has its first token; {p['after']} of {AFTER_STEPS} steps after it"
+    return f"{run}: step {p['steps']}, {what}…{busy_note(p.get('others', 0))}"

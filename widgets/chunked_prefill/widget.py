@@ -6,8 +6,9 @@ draws each step's tokens per request against the budget and the chats' inter-tok
                                      ─► StepBars on, StepBars off, GapPlot, summary (view.py)
 
 The saved example paints first; a run starts when the reader moves the budget, edits the document
-or presses Run. It takes a few seconds on a CPU: the chunked half is shown as soon as it is done, a
-newer input cancels the run in flight (between steps), and leaving the page cancels it too.
+or presses Run. It takes a few seconds on a CPU: a progress line says which run, step and stage it is at
+(view.progress_text), the chunked half is shown as soon as it is done, a newer input cancels the run in
+flight (between steps), and leaving the page cancels it too.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import param
 from widgets.common import Widget, esc, example, html_pane, measured, register
 from widgets.common.timing import median_ms
 from widgets.chunked_prefill.compute import BUDGETS, MAX_DOC_TOKENS, compare
-from widgets.chunked_prefill.view import GapPlot, StepBars, legend_html, summary_html
+from widgets.chunked_prefill.view import GapPlot, StepBars, legend_html, progress_text, summary_html
 
 CHATS = ("Write a haiku about the sea.", "Name three prime numbers.", "What colour is the sky at dusk?")
 DEFAULT_BUDGET = 64
@@ -99,12 +100,25 @@ class ChunkedPrefillWidget(Widget):
         llm, budget = self.gate.llm, int(self._budget.value)
         label = measured(llm.device_name)
 
+        painted: set[str] = set()                        # the runs this job's charts show so far
+
+        def progress(data):
+            # Every step posts where the run is (a run is several seconds on a CPU: ux review #4); the
+            # charts repaint only when a run is complete, and until then keep the previous result.
+            runs = {m for m in ("on", "off") if m in data}
+            if runs and runs != painted:
+                painted.clear()
+                painted.update(runs)
+                self._paint(data, label)
+            self.say(note, progress=progress_text(data.get("progress")))
+
         def done(data):
             self._paint(data, label)
             self.say(note, f"Only the document's first {MAX_DOC_TOKENS} tokens are used." if data["cut"] else None)
+        self.say(note, progress="Starting the two runs…")
         self.jobs.submit(lambda job: compare(llm, self._chats, doc, budget, check=job.check, post=job.post),
-                         on_done=done, on_progress=lambda d: self._paint(d, label),
-                         on_error=self.gate.error, debounce_ms=debounce_ms)
+                         on_done=done, on_progress=progress,
+                         on_error=lambda m: (self.say(note), self.gate.error(m)), debounce_ms=debounce_ms)
 
     def _paint(self, data: dict, label: str, now: bool = False) -> None:
         self._summary.object = summary_html(data, label)
