@@ -26,6 +26,8 @@ def texts(page) -> tuple[str, str]:
 def run_and_wait(page, what: str) -> None:
     page.locator(f"{W} .pz-run button").click()
     page.locator(f'{W} .w-status[data-state="busy"]').wait_for(timeout=30_000)
+    # an honest wait: which of the run's three stages is going on, and how far (never a bare "Computing…")
+    wait_text(page, f"{W} .pz-progress-line", "Step 1 of 3 · starting", timeout_ms=60_000)
     wait_text(page, f"{W} .pz-texts", what, timeout_ms=RUN_MS)
     wait_live(page, "parallelism", timeout_ms=RUN_MS)
 
@@ -74,6 +76,9 @@ def test_refusal_hover_and_layout(app, browser, server, app_page_class):
     assert deep_count(page, f'{W} .pz-slice.linked[data-link="rank-4"]') == 8   # that rank in every matrix
     page.locator(f"{W} .pz-scenario button", has_text="decode, 1 user").click()
     wait_text(page, f"{W} .pz-model", "1 × 8,192 × 2 B")
+    model = page.locator(f"{W} .pz-model").first.inner_text()         # no developer's placeholder
+    assert "not recorded yet" not in model and "python -m engine bench" not in model
+    assert "No multi-GPU measurement is recorded for this page" in model or "recorded on" in model
     app.assert_clean()
     shots = widget_screenshots(browser, server, app_page_class, CHAPTER, "parallelism")
     assert len(shots) == 4

@@ -32,6 +32,33 @@ def test_saved_example_is_fresh(llm):
     assert_example_fresh("parallelism", llm, ignore=TIMES)
 
 
+def test_a_run_reports_its_stage_and_progress_while_it_runs(llm):
+    """The review sat through 18 s of "Computing…": a run now says which of its three stages runs and
+    how far it is (seconds while the processes start, then tokens on the split and on one process)."""
+    from widgets.parallelism.compute import run_split
+    posted = []
+    run = run_split(llm, "Name a colour.", "tp", 3, 3, progress=lambda m: posted.append((time.monotonic(), m)))
+    msgs = [m for _t, m in posted]
+    stages = [int(re.match(r"Step (\d) of 3 · ", m)[1]) for m in msgs]
+    assert stages == sorted(stages) and set(stages) == {1, 2, 3}          # in order, every stage told
+    assert msgs[0].startswith("Step 1 of 3 · starting 3 processes (tensor parallel)") and "0 s so far" in msgs[0]
+    n = run["tokens"]
+    assert f"Step 2 of 3 · generating on 3 processes: {n} of up to 3 tokens" in msgs
+    assert any(m.startswith("Step 3 of 3 · the same prompt on one process") and f"{n} of up to 3 tokens" in m
+               for m in msgs)
+    start = [t for t, m in posted if m.startswith("Step 1")]
+    assert run["startup_s"] < 1.5 or len(start) >= 2                    # a long start ticks (once a second)
+    assert run["same_text"]
+
+
+def test_no_developer_placeholder_when_no_multi_gpu_run_is_recorded():
+    """Readers saw "not recorded yet — the multi-GPU run (python -m engine bench parallel --device cuda
+    --record) will put measured … here". Without a recording they are told what they see instead."""
+    html = view.recorded_line(None)
+    assert "python -m" not in html and "not recorded yet" not in html and "<code>" not in html
+    assert "No multi-GPU measurement is recorded for this page" in html and "modelled" in html
+
+
 @pytest.mark.parametrize("mode", ["tp", "pp"])
 def test_the_split_runs_give_the_single_process_text(saved, mode):
     run = saved.data["runs"][mode]

@@ -11,13 +11,17 @@ room for more): widgets/common/sharing.py's PARALLEL_RUNS queues the others, eac
 """
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 
 from engine import LLM, ModelConfig, SamplingParams, ideal_bubble, load_recorded, parallel_layout
 
 MAX_PROCESSES = 3            # what one reader may start on the serving machine
 MAX_NEW_TOKENS = 32
 MODES = {"tp": "tensor parallel", "pp": "pipeline parallel"}
+STAGES = 3                   # a run's stages, each told to the reader as "step k of 3" while it goes on
+_last_startup_s: float | None = None     # how long the processes took to start last time (an estimate)
 
 
 # -- the split ------------------------------------------------------------------------------------------
@@ -79,36 +83,77 @@ def _counts(c) -> dict:
     return {"calls": c.calls, "bytes": c.bytes, "seconds": c.seconds}
 
 
+@contextmanager
+def ticking(progress, message, every_s: float = 1.0):
+    """Around a call that reports nothing while it works (starting processes): ``progress(message(s))``
+    now and then every ``every_s`` from a thread of its own, s the seconds so far, so the reader sees
+    the wait move instead of a frozen "Computing…"."""
+    stop, t0 = threading.Event(), time.perf_counter()
+    progress(message(0.0))
+
+    def tick() -> None:
+        while not stop.wait(every_s):
+            progress(message(time.perf_counter() - t0))
+    thread = threading.Thread(target=tick, name="parallelism-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def stage_text(stage: int, what: str) -> str:
+    return f"Step {stage} of {STAGES} · {what}"
+
+
 def run_split(llm, prompt: str, mode: str, size: int, max_tokens: int = 16, progress=lambda msg: None,
               cancelled=lambda: False) -> dict:
-    """Generate greedily with the split on CPU processes and with the shared one-process engine."""
+    """Generate greedily with the split on CPU processes and with the shared one-process engine.
+    ``progress(message)`` says which of the three stages runs and how far it is: the processes starting
+    (seconds so far, beside last time's), then tokens generated on the split, then on one process."""
+    global _last_startup_s
     tp, pp = (size, 1) if mode == "tp" else (1, size)
+    n = tp * pp
     cfg = llm.engine_config
-    progress(f"starting {tp * pp} processes ({MODES[mode]}, {tp * pp} ranks) and loading each one's shard…")
+    before = f" (about {_last_startup_s:.0f} s last time)" if _last_startup_s else ""
+
+    def starting(s: float) -> str:
+        return stage_text(1, f"starting {n} processes ({MODES[mode]}) and loading each one's shard of the "
+                             f"weights: {s:.0f} s so far{before}")
     started = time.perf_counter()
-    parallel = LLM(model=cfg.model, random_weights=cfg.random_weights, device="cpu", dtype="float32",
-                   tensor_parallel_size=tp, pipeline_parallel_size=pp, num_kv_blocks=96, max_model_len=1536,
-                   max_num_batched_tokens=1024, enable_prefix_caching=False)
+    with ticking(progress, starting):
+        parallel = LLM(model=cfg.model, random_weights=cfg.random_weights, device="cpu", dtype="float32",
+                       tensor_parallel_size=tp, pipeline_parallel_size=pp, num_kv_blocks=96, max_model_len=1536,
+                       max_num_batched_tokens=1024, enable_prefix_caching=False)
     try:
-        startup = time.perf_counter() - started
+        startup = _last_startup_s = time.perf_counter() - started
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
         text, tokens = "", 0
         if cancelled():                      # the reader left while the processes were starting
             return None
+        progress(stage_text(2, f"generating on {n} processes: 0 of up to {max_tokens} tokens"))
         for ev in parallel.stream(prompt, params, chat=True):
             text, tokens = ev.text, tokens + 1
-            progress(f"generating on {tp * pp} processes: {tokens} of up to {max_tokens} tokens")
+            progress(stage_text(2, f"generating on {n} processes: {tokens} of up to {max_tokens} tokens"))
             if cancelled():
                 break
         trace = parallel.trace_since(0)
-        device = f"{tp * pp} CPU processes (gloo), {parallel.device_name} each"
+        device = f"{n} CPU processes (gloo), {parallel.device_name} each"
     finally:
         parallel.close()
     hidden, value_bytes = llm.config.hidden_size, 4           # float32 on the CPU
-    single = llm.generate(llm.format_prompt(prompt, chat=True),
-                          SamplingParams(temperature=0.0, max_tokens=max_tokens))[0].outputs[0]
+    # the same prompt on the shared one-process engine, streamed so the reader sees it advance too
+    single, done = "", 0
+    progress(stage_text(3, f"the same prompt on one process, to compare the texts: 0 of up to {max_tokens} tokens"))
+    for ev in llm.stream(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens), chat=True):
+        single, done = ev.text, done + 1
+        progress(stage_text(3, f"the same prompt on one process, to compare the texts: {done} of up to "
+                               f"{max_tokens} tokens"))
+        if cancelled():
+            return None
     steps = [summarize_step(r, hidden, value_bytes) for r in trace if r.parallel is not None]
     return {"mode": mode, "size": size, "tp": tp, "pp": pp, "prompt": prompt, "max_tokens": max_tokens,
-            "text": text, "tokens": tokens, "single_text": single.text, "same_text": text == single.text,
+            "text": text, "tokens": tokens, "single_text": single, "same_text": text == single,
             "steps": steps, "startup_s": startup, "device": device, "hidden": hidden, "value_bytes": value_bytes,
             "num_layers": llm.config.num_layers}

@@ -208,11 +208,13 @@ def modelled_html(tp: dict, pp: dict, beside: str) -> str:
 
 
 def recorded_line(data: dict | None) -> str:
-    """What a multi-GPU run recorded (compute.recorded_runs), or that it has not been recorded yet."""
+    """What a multi-GPU run recorded (compute.recorded_runs), or, when none shipped, what the reader is
+    looking at instead: said to the reader, never a developer's to-do (the review found the command line
+    that would record it shown as a placeholder)."""
     if data is None:
-        return ("<p class='w-small'>Beside the model: <span class='w-label'>not recorded yet</span> — the "
-                "multi-GPU run (<code>python -m engine bench parallel --device cuda --record</code>) will "
-                "put measured all-reduce times on real GPUs here.</p>")
+        return ("<p class='w-small pz-recorded'>No multi-GPU measurement is recorded for this page: the table "
+                "above is modelled from published link and GPU figures, and the measured numbers in 2 and 3 "
+                "come from this server's CPU processes.</p>")
     parts = []
     for s in data["results"].get("sizes", []):
         step = s.get("per_step")
