@@ -125,3 +125,32 @@ def test_widget_escapes_an_edit_on_a_cold_cache_misses_and_frees_on_close(llm):
     engine = w._lab.engine
     w.close()
     assert engine.num_free_blocks() == engine.allocator_state().num_blocks and w._lab is None
+
+
+def test_a_send_posts_its_progress_step_by_step(llm):
+    """Honest waits (issue 30 item 3): a send is two engines of a few steps each, seconds on a CPU; each
+    step posts which engine and stage it is at, and the reader's line says it."""
+    from widgets.prefix_cache.compute import NEW_TOKENS
+    from widgets.prefix_cache.view import progress_text
+    posts = []
+    lab = PrefixLab(llm)
+    try:
+        data = lab.send(DEFAULT_SYSTEM, list(DEFAULT_QUESTIONS), progress=posts.append)
+    finally:
+        lab.close()
+    assert data["requests"] and posts
+    for mode in ("on", "off"):
+        mine = [p for p in posts if p["engine"] == mode]
+        assert [p["stage"] for p in mine][-1] == "decode" and "q1" in {p["stage"] for p in mine}
+        assert [p["steps"] for p in mine] == list(range(1, len(mine) + 1))          # one post per step
+        assert sum(p["stage"] == "others" for p in mine) == 1                       # Q2 … Q3 come together
+    assert max(i for i, p in enumerate(posts) if p["engine"] == "on") < posts.index(
+        next(p for p in posts if p["engine"] == "off"))                              # caching on, then off
+    others = next(p for p in posts if p["stage"] == "others")
+    assert progress_text(others) == (f"Caching on (engine 1 of 2): step {others['steps']}, Q2–Q3 arrive and "
+                                     f"look up Q1's blocks…")
+    decode = {**posts[-1], "warm": True, "others": 1}
+    text = progress_text(decode)
+    assert text.startswith("First the unedited prompt, to fill the cache. Caching off, for comparison (engine 2 of 2)")
+    assert f"decoding {NEW_TOKENS} tokens each…" in text and "also generating for another request" in text
+    assert progress_text(None) == ""

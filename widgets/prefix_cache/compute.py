@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from widgets.common.load import busy_requests
 from widgets.common.sandboxes import page_sandbox, release, sandbox
 
 BLOCK_SIZE = 16
@@ -58,25 +59,31 @@ class SendResult:
     cached_tokens: list[int] = field(default_factory=list)   # per request, from its admission entry
 
 
-def run_send(engine, prompts: list[list[int]], tag: str, check=lambda: None) -> SendResult:
-    """Q1 alone, then the others together (see the module docstring); aborts everything on error."""
+def run_send(engine, prompts: list[list[int]], tag: str, check=lambda: None, progress=lambda p: None) -> SendResult:
+    """Q1 alone, then the others together (see the module docstring); aborts everything on error.
+    ``progress(p)`` after every step: p = {"stage": "q1" | "others" | "decode", "steps": this send's steps}."""
     from engine import SamplingParams
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     ids = [f"{tag}-q{i + 1}" for i in range(len(prompts))]
     start = engine.trace.num_steps
+
+    def step(stage: str):
+        events = engine.step()
+        progress({"stage": stage, "steps": engine.trace.num_steps - start})
+        return events
     try:
         engine.add_request(ids[0], prompts[0], params)
-        while not any(ev.request_id == ids[0] for ev in engine.step()):
+        while not any(ev.request_id == ids[0] for ev in step("q1")):
             check()                                   # a long prompt may take several chunks
         for rid, prompt in zip(ids[1:], prompts[1:]):
             engine.add_request(rid, prompt, params)
         if len(ids) > 1:
             check()
-            engine.step()
+            step("others")
         snapshot = engine.allocator_state()
         while engine.has_unfinished():
             check()
-            engine.step()
+            step("decode")
     except BaseException:
         for rid in engine.unfinished_request_ids():
             engine.abort(rid)
@@ -156,16 +163,23 @@ class PrefixLab:
         return dict(num_kv_blocks=POOL_BLOCKS, max_num_seqs=MAX_QUESTIONS, block_size=BLOCK_SIZE,
                     enable_prefix_caching=caching)
 
-    def send(self, system: str, questions: list[str], check=lambda: None) -> dict:
+    def send(self, system: str, questions: list[str], check=lambda: None, progress=lambda p: None) -> dict:
+        """One send through the caching-on engine, then the same through a fresh caching-off one.
+        ``progress(p)`` after every step: run_send's p with "engine": "on" | "off", "questions" and
+        "others" (requests the shared engine is running meanwhile: they slow this CPU down)."""
         if not 1 <= len(questions) <= MAX_QUESTIONS:
             raise ValueError(f"send 1 to {MAX_QUESTIONS} questions")
         prompts = [chat_ids(self.llm, system, q) for q in questions]
+
+        def report(mode: str):
+            return lambda p: progress({**p, "engine": mode, "questions": len(questions),
+                                       "others": busy_requests(self.llm)})
         with self._lock:
             try:
                 self._sends += 1
-                on = run_send(self.engine, prompts, f"s{self._sends}", check)
+                on = run_send(self.engine, prompts, f"s{self._sends}", check, report("on"))
                 with page_sandbox(self.llm, "prefix-cache, caching off", **self._config(False)) as cold:
-                    off = run_send(cold, prompts, "off", check)
+                    off = run_send(cold, prompts, "off", check, report("off"))
                 data = send_data(self.llm, system, questions, on, off, self.previous)
                 self.previous = data
                 return data

@@ -1,7 +1,7 @@
 """What the prefix-cache widget (widget.py) shows for one send, as HTML: each request's prompt blocks
 with their physical ids, chained hashes and ref counts, hits lit up; then the prefill tokens and TTFT
 with caching on and off. Pure functions of the send's data (compute.send_data), so the saved first
-example paints exactly like a live send.
+example paints exactly like a live send. progress_text says where a send in flight is.
 
     Q1  [#0 a41f… ref 3][#1 9be1… ref 3][#2 07c2… ref 3][#3 partial]      computed (the first to come)
     Q2  [#0 a41f… ref 3][#1 9be1… ref 3][#2 07c2… ref 3][#4 partial]      three hits, one block computed
@@ -14,6 +14,8 @@ from __future__ import annotations
 from statistics import median
 
 from widgets.common import card_table, esc, label_html, plural
+from widgets.common.load import busy_note
+from widgets.prefix_cache.compute import NEW_TOKENS
 
 LEGEND = ('<p class="pc-legend w-small"><span class="pc-key pc-hit"></span> hit: shared from the cache '
           '<span class="pc-key pc-miss"></span> computed by this request '
@@ -88,3 +90,21 @@ def summary_html(d: dict, label: str) -> str:
             f'{d["free_after_on"]} of {d["pool_blocks"]} blocks are free, and {d["cached_after_on"]} of them still '
             "hold cached K/V for the next send (a free block is reused, least recently used first, only when "
             "the pool runs out).</p>")
+
+
+def progress_text(p: dict | None) -> str:
+    """Where a send in flight is (compute.PrefixLab.send's progress, posted after every step); p["warm"]:
+    this is the unedited prompt, sent first to fill an empty cache before the edited send. "" for none."""
+    if not p:
+        return ""
+    n = p["questions"]
+    engine = ("Caching on (engine 1 of 2)" if p["engine"] == "on" else
+              "Caching off, for comparison (engine 2 of 2)")
+    if p["stage"] == "q1":
+        what = "Q1 alone: its prompt"
+    elif p["stage"] == "others":
+        what = f"Q2–Q{n} arrive and look up Q1's blocks" if n > 2 else "Q2 arrives and looks up Q1's blocks"
+    else:
+        what = f"decoding {plural(NEW_TOKENS, 'token')} each"
+    first = "First the unedited prompt, to fill the cache. " if p.get("warm") else ""
+    return f"{first}{engine}: step {p['steps']}, {what}…{busy_note(p.get('others', 0))}"

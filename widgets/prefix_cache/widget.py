@@ -23,7 +23,7 @@ import param
 from widgets.common import Widget, clip, example, html_pane, measured, register
 from widgets.prefix_cache.compute import (MAX_QUESTION_TOKENS, MAX_QUESTIONS, MAX_SYSTEM_TOKENS, PrefixLab,
                                           cut_to_tokens)
-from widgets.prefix_cache.view import blocks_html, summary_html
+from widgets.prefix_cache.view import blocks_html, progress_text, summary_html
 
 DEFAULT_SYSTEM = ("You are a patient tutor for people learning how large language models run on real hardware. "
                   "Answer in two or three short sentences, in plain words, and give one concrete number when it "
@@ -144,7 +144,8 @@ class PrefixCacheWidget(Widget):
                 self._lab.clear()
             if warm and self._lab.previous is None:
                 self._lab.send(cut_to_tokens(llm, clip(warm.strip(), MAX_SYSTEM_CHARS)[0], MAX_SYSTEM_TOKENS)[0],
-                               [cut_to_tokens(llm, q, MAX_QUESTION_TOKENS)[0] for q in questions], check=job.check)
+                               [cut_to_tokens(llm, q, MAX_QUESTION_TOKENS)[0] for q in questions], check=job.check,
+                               progress=lambda p: job.post({**p, "warm": True}))
             sys_text, cut = cut_to_tokens(llm, system, MAX_SYSTEM_TOKENS)
             if cut:
                 notes.append(f"The system prompt was cut to its first {MAX_SYSTEM_TOKENS} tokens.")
@@ -154,12 +155,15 @@ class PrefixCacheWidget(Widget):
                 qs.append(q)
                 if cut:
                     notes.append(f"A question was cut to its first {MAX_QUESTION_TOKENS} tokens.")
-            return self._lab.send(sys_text, qs, check=job.check)
+            return self._lab.send(sys_text, qs, check=job.check, progress=job.post)
 
         label = measured(llm.device_name)
-        self.say(*notes)
+        # A send is several seconds on a CPU (two engines, each a few steps): the notes say which engine,
+        # step and stage it is at (ux review #4), and the blocks keep the previous send until it is done.
+        self.say(*notes, progress="Sending…")
         self.jobs.submit(work, on_done=lambda d: (self._paint(d, label), self.say(*notes)),
-                         on_error=self.gate.error)
+                         on_progress=lambda p: self.say(*notes, progress=progress_text(p)),
+                         on_error=lambda m: (self.say(*notes), self.gate.error(m)))
 
     def _close_lab(self) -> None:
         lab, self._lab = self._lab, None
