@@ -300,8 +300,8 @@ def overview_map(current_slug: str | None = None, compact: bool = False, links: 
     base = ["ovm-host", "ovm-host-compact" if compact else "ovm-host-full"]
     map_pane = html_pane(overview_map_html(current_slug, compact, links), dark, base)
     live_pane = html_pane(live_html(None, compact=compact, links=links), dark, ["ovm-live-pane"])
-    col = pn.Column(map_pane, live_pane, sizing_mode="stretch_width", margin=(0, 0),
-                    css_classes=["ovm-block", "ovm-block-compact" if compact else "ovm-block-full"])
+    col_classes = ["ovm-block", "ovm-block-compact" if compact else "ovm-block-full"]
+    col = pn.Column(map_pane, live_pane, sizing_mode="stretch_width", margin=(0, 0), css_classes=col_classes)
     # The first paint (app/shell.py preview) shows the same static map, so nothing moves when it goes.
     col.preview_html = map_pane.object + live_pane.object
     if not in_session():
@@ -315,6 +315,10 @@ def overview_map(current_slug: str | None = None, compact: bool = False, links: 
         map_pane.param.update(css_classes=base + [f"ovm-{phase}"] + (["ovm-live-on"] if view else []),
                               styles=live_style(view or done))
         live_pane.object = live_html(view, done, compact, links)
+        if compact:
+            # While the request runs, the chapter's copy sticks to the top of the window: the reader
+            # pressed Generate in the widget far below the title, and watches the map from there.
+            col.css_classes = col_classes + (["ovm-sticky"] if view else [])
 
     def tick() -> None:
         if not reader.requests and state["view"] is None:

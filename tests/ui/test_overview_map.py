@@ -75,6 +75,13 @@ def test_generate_makes_the_header_map_follow_the_request(app, motion):
     running.wait_for(timeout=120_000)
     assert "KV block" in running.inner_text() and "step" in running.inner_text()
     assert "ovm-decode" in _host_classes(page, "compact")
+    # The reader watches from the widget, far below the title: the map sticks to the top of the window.
+    widget.scroll_into_view_if_needed()
+    sticky, top = page.locator(".ovm-block-compact").evaluate(
+        "el => [el.classList.contains('ovm-sticky'), el.getBoundingClientRect().top]")
+    assert page.evaluate("window.scrollY") > 300
+    if sticky:                       # (else the reply has just ended: the map went back to its place)
+        assert abs(top) <= 2, top
     animations = dict(page.evaluate(_ANIMATIONS, ".ovm-compact a.ovm-link"))
     if motion == "reduce":
         assert set(animations.values()) == {"none"}, animations    # still: no animation at all
@@ -84,6 +91,7 @@ def test_generate_makes_the_header_map_follow_the_request(app, motion):
     page.locator('.ovm-live[data-phase="done"]').wait_for(timeout=120_000)
     assert "freed" in page.locator(".ovm-live").inner_text()
     assert "ovm-done" in _host_classes(page, "compact")
+    assert "ovm-sticky" not in (page.locator(".ovm-block-compact").get_attribute("class") or "")
     assert set(dict(page.evaluate(_ANIMATIONS, ".ovm-compact a.ovm-link")).values()) == {"none"}
     app.assert_clean()
 
