@@ -103,6 +103,70 @@ def test_tight_memory_preempts_and_each_mode_pays_its_own_way(llm, preemption):
         assert s["swapped_blocks"] > 0 and s["recomputed_tokens"] == 0
 
 
+def test_static_batching_under_tight_memory_releases_finished_seats_and_says_so(llm):
+    """Static batching at 8 blocks: the engine lets go of seats whose answers are done (they only compute
+    padding) and records that as a preemption. The review read "preemptions 5 (0 tokens prefilled again)":
+    a preemption that costs nothing. Those are counted apart and said in words."""
+    import re
+    from widgets.batching_timeline.view import compare_html
+
+    reqs, _ = parse_lengths(format_lengths(pattern_lengths("long-short")))
+    records, t = run_to_end(llm, reqs, "static", blocks=8)
+    s = t["summary"]
+    engine_count = sum(len(r.preempted) for r in records)
+    assert engine_count > 0 and s["released_seats"] == engine_count and s["preemptions"] == 0
+    for r in records:                                  # each one let go is done: it ends in that very step
+        assert {name for name, _ in r.preempted} <= set(r.finished)
+    text = re.sub(r"<[^>]+>", " ", compare_html({"static": t}, "measured on cpu"))
+    assert f"0 ({engine_count} seats freed early*)" in text and "0 tokens prefilled again" not in text
+    assert f"Static batching freed {engine_count} seats early when the KV memory ran short" in text
+    assert "nothing was lost or redone" in text
+
+
+def _steps(ms: float, n: int = 12, seqs: int = 4) -> list[dict]:
+    return [{"step": i, "prefill": 0, "decode": seqs, "padding": 0, "ms": ms} for i in range(n)]
+
+
+def _runs(static_ms: float, continuous_ms: float, busy: int = 0) -> dict:
+    """Made-up complete runs: static 88 steps, continuous 48, each step of 4 requests decoding."""
+    def run(steps, ms, b):
+        return {"steps": _steps(ms, steps), "summary": {"complete": True, "steps": steps, "time_s": steps * ms / 1e3,
+                                                        "busy_steps": b}}
+    return {"static": run(88, static_ms, 0), "continuous": run(48, continuous_ms, busy)}
+
+
+def test_a_noisy_comparison_says_so_and_compares_steps():
+    """ux review: "continuous 26.78 s vs static 24.82 s" on a busy server, with no caveat. When the same
+    step took different times in the two runs, or other work shared the server, or continuous batching
+    took fewer steps but more seconds, the widget says the server was busy and compares steps."""
+    import re
+    from widgets.batching_timeline.view import noise_html
+
+    def text(runs):
+        return re.sub(r"<[^>]+>", "", noise_html(runs))
+
+    assert text(_runs(60, 64)) == ""                                         # a quiet server: no note
+    slow = text(_runs(60, 560))                                              # 48 steps took 26.9 s, 88 took 5.3 s
+    assert "The server was busy during this run" in slow
+    assert "a step of 4 requests decoding took 60 ms in the static run but 560 ms in the continuous one" in slow
+    assert "continuous batching took fewer steps yet more seconds" in slow
+    assert "compare steps (48 continuous vs 88 static), which noise cannot change" in slow
+    shared = text(_runs(60, 62, busy=7))                                     # same pace, but not alone
+    assert "other readers' work shared this server's CPU during 7 of the two runs' 136 steps" in shared
+    assert "during" in shared and "a step of" not in shared
+    unfinished = _runs(60, 560)
+    unfinished["continuous"]["summary"]["complete"] = False
+    assert text(unfinished) == ""                                            # only a finished pair is compared
+
+
+def test_other_work_on_the_server_counts_busy_steps(llm):
+    """run_mode asks busy() after every step and counts the steps that shared the server."""
+    ticks = iter(range(10_000))
+    t = run_mode(llm, SMALL[:2], "continuous", busy=lambda: next(ticks) % 2 == 0)
+    assert t["summary"]["busy_steps"] == (t["summary"]["steps"] + 1) // 2
+    assert run_mode(llm, SMALL[:2], "continuous")["summary"]["busy_steps"] == 0
+
+
 def test_a_cancelled_run_frees_its_private_engine(llm, caplog):
     class StopAfter:
         def __init__(self, n):

@@ -107,22 +107,41 @@ def start_run(llm, reqs: list[Req], mode: str, kv_blocks: int = DEFAULT_BLOCKS, 
 
 
 def run_mode(llm, reqs: list[Req], mode: str, kv_blocks: int = DEFAULT_BLOCKS, preemption: str = "recompute",
-             job=None, on_progress=None) -> dict:
+             job=None, on_progress=None, busy=None) -> dict:
     """Run the requests to the end (or MAX_STEPS) in a fresh private engine; the timeline of its trace.
     ``job.check()`` between steps lets a newer run or the reader leaving stop it; the sandbox is
-    released whatever happens (``finally``). ``on_progress(timeline)`` after each step."""
+    released whatever happens (``finally``). ``on_progress(timeline)`` after each step. ``busy()``, asked
+    after each step, says whether other work shared the server's CPU then: the summary's ``busy_steps``
+    counts those steps, whose times are not this run's alone."""
     engine = start_run(llm, reqs, mode, kv_blocks, preemption)
+    busy_steps = 0
     try:
         while engine.has_unfinished() and engine.trace.num_steps < MAX_STEPS:
             if job is not None:
                 job.check()
             engine.step()
+            busy_steps += bool(busy is not None and busy())
             if on_progress is not None:
-                on_progress(timeline(engine.trace.since(0), reqs, mode, kv_blocks, preemption, done=False))
+                on_progress(timeline(engine.trace.since(0), reqs, mode, kv_blocks, preemption, done=False,
+                                     busy_steps=busy_steps))
         return timeline(engine.trace.since(0), reqs, mode, kv_blocks, preemption,
-                        done=not engine.has_unfinished())
+                        done=not engine.has_unfinished(), busy_steps=busy_steps)
     finally:
         release(engine, "batching-timeline")
+
+
+def server_busy(llm) -> bool:
+    """Whether other work was computing on this server just now: the shared engine stepped for other
+    readers' requests in the last second, or another reader's batching run holds the other run seat.
+    (Both share the CPU with this run, so its steps take longer: seconds are noisy, steps are not.)"""
+    import time
+    if BATCHING_RUNS.running > 1:
+        return True
+    try:
+        stats = llm.stats
+    except AttributeError:                    # an LLM without a loop (a test double): nothing else runs
+        return False
+    return stats.num_running > 0 and time.monotonic() - stats.updated_s < 1.0
 
 
 def run_both(llm, reqs: list[Req], kv_blocks: int, preemption: str, job) -> dict:
@@ -132,13 +151,19 @@ def run_both(llm, reqs: list[Req], kv_blocks: int, preemption: str, job) -> dict
     with BATCHING_RUNS.seat(job.check, on_place=lambda _place: job.post((None, runs))):
         for mode in MODES:
             runs[mode] = run_mode(llm, reqs, mode, kv_blocks, preemption, job,
-                                  on_progress=lambda t, m=mode: job.post((m, {**runs, m: t})))
+                                  on_progress=lambda t, m=mode: job.post((m, {**runs, m: t})),
+                                  busy=lambda: server_busy(llm))
     return runs
 
 
-def timeline(records, reqs: list[Req], mode: str, kv_blocks: int, preemption: str, done: bool = True) -> dict:
+def timeline(records, reqs: list[Req], mode: str, kv_blocks: int, preemption: str, done: bool = True,
+             busy_steps: int = 0) -> dict:
     """What the Gantt charts draw, from the step records alone: one state per request per step
-    (merged into segments), the tokens of each step, and the run's totals."""
+    (merged into segments), the tokens of each step, and the run's totals (``busy_steps``: see run_mode).
+
+    The engine records a finished static seat let go to free memory as a preemption (its padding is
+    dropped: nothing is redone). That is no preemption a reader would recognise, so it is counted
+    apart, as ``released_seats``, and ``preemptions`` counts only requests that lost work or moved."""
     ids = [r.id for r in reqs]
     prompt = {r.id: r.prompt for r in reqs}
     state = {i: "waiting" for i in ids}
@@ -146,10 +171,13 @@ def timeline(records, reqs: list[Req], mode: str, kv_blocks: int, preemption: st
     cached: dict[str, int] = {}                 # tokens in the KV cache, for the blocks a swap moves
     runs: dict[str, list] = {i: [] for i in ids}
     steps, first, finish = [], {}, {}
-    swapped_blocks = 0
+    swapped_blocks = released_seats = 0
     for rec in records:
         ended = set(rec.finished)
         for name, how in rec.preempted:
+            if name in ended or name in finish:         # a static seat already done (padding): let go, over
+                released_seats += 1
+                continue
             state[name] = "preempted" if how == "recompute" else "swapped"
             preempted_once.add(name)
             if how == "swap":
@@ -187,7 +215,7 @@ def timeline(records, reqs: list[Req], mode: str, kv_blocks: int, preemption: st
     return {"mode": mode, "kv_blocks": kv_blocks, "preemption": preemption, "seats": SEATS, "budget": BUDGET,
             "requests": [{"id": r.id, "prompt": r.prompt, "output": r.output} for r in reqs],
             "segments": segments, "steps": steps, "first": first, "finish": finish,
-            "summary": summary(steps, reqs, finish, records, swapped_blocks, done)}
+            "summary": summary(steps, reqs, finish, records, swapped_blocks, done, released_seats, busy_steps)}
 
 
 def _extend(runs: list, kind: str, step: int, tokens: int) -> None:
@@ -198,7 +226,8 @@ def _extend(runs: list, kind: str, step: int, tokens: int) -> None:
         runs.append([kind, step, step, tokens])
 
 
-def summary(steps: list[dict], reqs: list[Req], finish: dict, records, swapped_blocks: int, done: bool) -> dict:
+def summary(steps: list[dict], reqs: list[Req], finish: dict, records, swapped_blocks: int, done: bool,
+            released_seats: int = 0, busy_steps: int = 0) -> dict:
     ms = [s["ms"] for s in steps]
     time_s = sum(ms) / 1e3
     out = sum(r.output for r in reqs if r.id in finish)
@@ -209,7 +238,9 @@ def summary(steps: list[dict], reqs: list[Req], finish: dict, records, swapped_b
             "finished": len(finish), "complete": done and len(finish) == len(reqs),
             "padding": sum(s["padding"] for s in steps),
             "seat_steps": SEATS * len(steps),
-            "preemptions": sum(len(r.preempted) for r in records),
+            "preemptions": sum(len(r.preempted) for r in records) - released_seats,
+            "released_seats": released_seats,
+            "busy_steps": busy_steps,
             "recomputed_tokens": max(0, sum(s["prefill"] for s in steps) - prompt_tokens) if done else None,
             "swapped_blocks": swapped_blocks,
             "mean_finish_step": sum(finish.values()) / len(finish) + 1 if finish else None,

@@ -10,7 +10,7 @@ example paints exactly like a live run.
 from __future__ import annotations
 
 from widgets.batching_timeline.compute import BUDGET, MODES, STATES
-from widgets.common import PALETTE, esc, label_html, themed_figure
+from widgets.common import PALETTE, esc, label_html, plural, themed_figure
 from widgets.common.theme import ink
 
 # state -> (fill colour, hatch, words for the legend and tooltips). Okabe–Ito hues; the three states
@@ -26,6 +26,9 @@ LOOK = {
     "swapped": (PALETTE[2], ".", "preempted: KV swapped to CPU"),
 }
 TITLES = {"static": "Static batching", "continuous": "Continuous batching"}
+# Steps of margin either side of the charts' x range: step 0's bar (and the last one) sat flush on the
+# frame's edge and read as a clipped sliver (ux review, ch. 14).
+X_PAD = 0.6
 
 
 def gantt_figure(ids: list[str], dark: bool):
@@ -33,7 +36,7 @@ def gantt_figure(ids: list[str], dark: bool):
     from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Range1d, Span
     seg = ColumnDataSource(data=_empty_segments())
     fig = themed_figure(dark=dark, height=42 + 24 * len(ids), y_range=FactorRange(*reversed(ids)),
-                        x_range=Range1d(0, 10), min_border_left=30, min_border_right=10)
+                        x_range=Range1d(-X_PAD, 10 + X_PAD), min_border_left=30, min_border_right=10)
     bars = fig.hbar(y="req", left="start", right="end", height=0.72, source=seg, fill_color="color",
                     hatch_pattern="hatch", hatch_color=ink(dark)["text"], hatch_alpha=0.45, hatch_scale=6,
                     line_color=None)
@@ -70,7 +73,7 @@ def gantt_data(t: dict, label: str) -> tuple[dict, dict]:
         color, hatch, words = LOOK[s["state"]]
         r, n = req[s["req"]], s["end"] - s["start"]
         span = f"step {s['start']}" if n == 1 else f"steps {s['start']}–{s['end'] - 1}"
-        toks = f", {s['tokens']} tokens" if s["tokens"] else ""
+        toks = f", {plural(s['tokens'], 'token')}" if s["tokens"] else ""
         done = t["finish"].get(s["req"])
         tail = f"; answer complete after step {done}" if done is not None else ""
         seg["req"].append(s["req"])
@@ -121,13 +124,14 @@ def compare_html(runs: dict, label: str, running: str | None = None) -> str:
          f'{s["mean_finish_step"]:,.1f} ({_ms(s["mean_finish_ms"])})'),
         ("seat-steps with no work (idle seats)", lambda s, t: f'{s["padding"]:,} of {s["seat_steps"]:,}'),
         ("peak KV blocks in use", lambda s, t: f'{peak_blocks(t)} of {t["kv_blocks"]}'),
-        ("preemptions", lambda s, t: f'{s["preemptions"]}' + _preempt_cost(s, t)),
+        ("preemptions", lambda s, t: f'{s["preemptions"]}' + _preempt_cost(s, t)
+         + (f' ({plural(s["released_seats"], "seat")} freed early*)' if s.get("released_seats") else "")),
     ]
     head = "".join(f'<th scope="col">{TITLES[m]}{" (running…)" if m == running else ""}</th>' for m in cols)
     body = "".join(f'<tr><th scope="row">{name}</th>{"".join(cell(m, fn) for m in cols)}</tr>' for name, fn in rows)
     return (f'<div class="pd-scroll"><table class="pd-tab bt-compare"><thead><tr><th></th>{head}</tr></thead>'
             f'<tbody>{body}</tbody></table></div><p class="w-small">Times: {label_html(label)}. Steps, seats and '
-            "blocks are the engine's own counts.</p>" + _verdict(runs))
+            "blocks are the engine's own counts.</p>" + released_html(runs) + _verdict(runs) + noise_html(runs))
 
 
 def peak_blocks(t: dict) -> int:
@@ -138,8 +142,68 @@ def _preempt_cost(s: dict, t: dict) -> str:
     if not s["preemptions"]:
         return ""
     if t["preemption"] == "swap":
-        return f' ({s["swapped_blocks"]} blocks copied to CPU and back)'
-    return "" if s["recomputed_tokens"] is None else f' ({s["recomputed_tokens"]:,} tokens prefilled again)'
+        return f' ({plural(s["swapped_blocks"], "block")} copied to CPU and back)'
+    return "" if s["recomputed_tokens"] is None else f' ({plural(s["recomputed_tokens"], "token")} prefilled again)'
+
+
+def released_html(runs: dict) -> str:
+    """Static batching's way out of a memory squeeze: a request already done keeps its seat (computing
+    padding) until the whole batch ends, so when blocks run short the engine lets such a seat go first.
+    The engine's trace calls that a preemption; nothing is lost or redone, so it is said apart, in words
+    (the review read "preemptions 5 (0 tokens prefilled again)" and could not tell what had happened)."""
+    out = []
+    for m in MODES:
+        n = runs.get(m, {}).get("summary", {}).get("released_seats", 0)
+        if n:
+            they = ("Its request was", "it") if n == 1 else ("Their requests were", "them")
+            out.append(f'<p class="w-small bt-released">* {TITLES[m]} freed {plural(n, "seat")} early when the KV '
+                       f"memory ran short. {they[0]} already finished and only computing padding while the rest of "
+                       f"the batch ran, so nothing was lost or redone: that is why no preemption counts {they[1]}.</p>")
+    return "".join(out)
+
+
+# Steps of the same size whose median times differ by more than this between the two runs: the CPU was
+# shared (on a quiet server the same step takes the same time, within ~15% here).
+PACE_RATIO = 1.3
+
+
+def step_pace(t: dict) -> dict[int, float]:
+    """Median milliseconds of the run's decode steps by the number of sequences computed (padding too):
+    steps of the same size do the same work, so on a quiet server they take the same time in both runs."""
+    by_size: dict[int, list[float]] = {}
+    for s in t["steps"]:
+        if s["prefill"] == 0 and s["decode"] + s["padding"] > 0:
+            by_size.setdefault(s["decode"] + s["padding"], []).append(s["ms"])
+    return {n: sorted(v)[len(v) // 2] for n, v in by_size.items() if len(v) >= 3}
+
+
+def noise_html(runs: dict) -> str:
+    """A note when the two runs' seconds cannot be compared: other work shared the server during a run,
+    the same-sized steps took different times in the two runs, or continuous batching took fewer steps
+    but more seconds (the lesson inverted by noise). Steps, which noise cannot change, are the comparison."""
+    if not all(m in runs and runs[m]["summary"]["complete"] for m in MODES):
+        return ""
+    st, ct = runs["static"]["summary"], runs["continuous"]["summary"]
+    why = []
+    busy = st.get("busy_steps", 0) + ct.get("busy_steps", 0)
+    if busy:
+        why.append(f"other readers' work shared this server's CPU during {busy:,} of the two runs' "
+                   f"{st['steps'] + ct['steps']:,} steps")
+    ps, pc = step_pace(runs["static"]), step_pace(runs["continuous"])
+    both = sorted(set(ps) & set(pc))
+    if both:
+        n = max(both, key=lambda k: max(ps[k], pc[k]) / max(min(ps[k], pc[k]), 1e-9))
+        if max(ps[n], pc[n]) / max(min(ps[n], pc[n]), 1e-9) > PACE_RATIO:
+            why.append(f"a step of {plural(n, 'request')} decoding took {ps[n]:,.0f} ms in the static run "
+                       f"but {pc[n]:,.0f} ms in the continuous one")
+    if ct["steps"] < st["steps"] and ct["time_s"] > st["time_s"]:
+        why.append("continuous batching took fewer steps yet more seconds")
+    if not why:
+        return ""
+    return (f'<p class="bt-verdict bt-noise">The server was busy during this run: {"; ".join(why)}. Its seconds '
+            f"are noisy, so compare steps (<b>{ct['steps']:,}</b> continuous vs <b>{st['steps']:,}</b> static), "
+            "which noise cannot change, rather than seconds or tokens per second; run again when it is quieter "
+            "to compare times.</p>")
 
 
 def _verdict(runs: dict) -> str:

@@ -21,7 +21,7 @@ import param
 from widgets.batching_timeline.compute import (DEFAULT_BLOCKS, MAX_BLOCKS, MODES, NAMES, PATTERN_LABELS, Req,
                                                format_lengths, min_blocks, parse_lengths, pattern_lengths,
                                                run_both, run_mode)
-from widgets.batching_timeline.view import (TITLES, compare_html, gantt_data, gantt_figure, history_html,
+from widgets.batching_timeline.view import (TITLES, X_PAD, compare_html, gantt_data, gantt_figure, history_html,
                                             history_row, legend_html)
 from widgets.common import Widget, example, html_pane, is_dark, measured, register
 
@@ -153,7 +153,7 @@ class BatchingTimeline(Widget):
                 ids = [r["id"] for r in runs[m]["requests"]] if m in runs else list(NAMES)
                 fig.y_range.factors = list(reversed(ids))
                 fig.height = 42 + 24 * len(ids)
-                fig.x_range.end = max(longest, 10)
+                fig.x_range.end = max(longest, 10) + X_PAD
                 seg.data, steps.data = data.get(m) or (_blank(seg.data), _blank(steps.data))
         draw() if now else pn.state.execute(draw, schedule=True)
 
