@@ -61,6 +61,8 @@ def test_forward_pass_model_walks_the_layers_to_the_prediction(app):
     wait_text(page, f"{FP} .fp-head", "After the embedding")
     page.keyboard.press("ArrowRight")
     wait_text(page, f"{FP} .fp-head", "After block 1:")
+    top = page.locator(f"{FP} .fp-top").first.inner_text()          # block 1's second guess: a no-break space
+    assert "⍽" in top and "\\x" not in top and "\\xa0" not in page.locator(FP).first.inner_text()
     expect(page.locator(f"{FP} .fp-lens-table tr.on th")).to_have_text("1", timeout=30_000)
     assert deep_count(page, f"{FP} .fp-lens-table tbody tr") == 31
     app.assert_clean()

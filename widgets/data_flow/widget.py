@@ -47,8 +47,8 @@ class DataFlowWidget(Widget):
     # the status line says "Modelled: …", not "Live: …": nothing here is computed by the model (the review read
     # "Live" as a claim that these times were measured); only the GPU figures at the bottom are measured
     live_text = ("every time in the diagram is bytes ÷ the GPU's published bandwidth, for the engine's own "
-                 "model shapes (SmolLM2's is the one loaded on {device}); the GPU measurements below say where "
-                 "and when they were recorded")
+                 "model shapes, SmolLM2's as loaded on {device}; the GPU measurements below say where and when "
+                 "they were recorded")
     model = param.String(default=DEFAULTS["model"], doc="one of WIDGET_MODELS")
     gpu = param.String(default=DEFAULTS["gpu"], doc="one of GPU_CHOICES")
     batch = param.Integer(default=DEFAULTS["batch"], doc="clamped to 1–256, then the nearest of BATCHES")
