@@ -1,6 +1,8 @@
 """The prefill-vs-decode widget (chapter 11) against the engine and the roofline arithmetic."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 pn = pytest.importorskip("panel")
@@ -132,3 +134,15 @@ def test_latency_legend_sits_above_the_points():
     assert legend in fig.above and legend not in fig.center and legend.ncols == 2
     assert [i.label.value for i in legend.items] == ["TTFT", "ITL (median)", "TTFT, H200 (recorded)",
                                                     "ITL, H200 (recorded)"]
+
+
+def test_roofline_legend_lists_only_what_is_drawn():
+    panel = RooflinePanel()
+    seen = set()
+    for model, gpu, context in itertools.product(panel.model.options, panel.gpu.options, panel.context.options):
+        panel.model.value, panel.gpu.value, panel.context.value = model, gpu, context
+        labels = [getattr(i.label, "value", i.label) for i in panel.figure.legend[0].items]
+        drawn = bool(panel._src["ridge"].data["x"])
+        assert ("ridge" in labels) == drawn, (model, gpu, context)     # no legend entry without its diamond
+        seen.add(drawn)
+    assert seen == {True, False}                                 # both cases were exercised

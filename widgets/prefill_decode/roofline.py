@@ -86,12 +86,13 @@ class RooflinePanel(pn.viewable.Viewer):
         fig.line("x", "total", source=self._src["curve"], color=c[0], line_width=2.5, legend_label="all users")
         fig.line("x", "per_user", source=self._src["curve"], color=c[1], line_width=2, line_dash="dashed",
                  legend_label="each user")
+        self._ridge_pt = fig.scatter("x", "y", source=self._src["ridge"], color=c[3], size=13, marker="diamond",
+                                     legend_label="ridge")
         hovered = [fig.scatter("batch", "total", source=self._src["points"], color=c[0], size=7,
                                fill_color="fill", marker="circle"),
                    fig.scatter("batch", "per_user", source=self._src["points"], color=c[1], size=6, marker="square",
                                fill_color="fill_user"),
-                   fig.scatter("x", "y", source=self._src["ridge"], color=c[3], size=13, marker="diamond",
-                               legend_label="ridge"),
+                   self._ridge_pt,
                    fig.scatter("batch", "total", source=self._src["chosen"], color=c[2], size=15, marker="circle",
                                fill_alpha=0.35, line_width=2.5, legend_label="your batch")]
         self._rec_line = fig.line("x", "total", source=self._src["rec_line"], color=c[4], line_width=1.5,
@@ -111,7 +112,7 @@ class RooflinePanel(pn.viewable.Viewer):
         fig.legend.label_text_font_size = "8pt"
         fig.legend.spacing = 0
         fig.legend.padding = 4
-        self._legend_items = list(fig.legend[0].items)      # the recorded ones show only when drawn
+        self._legend_items = list(fig.legend[0].items)      # the ridge and the recorded ones show only when drawn
         style_figure(fig, dark)                             # again: the legend exists only now
         self.figure = fig
         self._rec_notes: list[str] = []
@@ -152,7 +153,8 @@ class RooflinePanel(pn.viewable.Viewer):
         self._src["chosen"].data = {"batch": [chosen["batch"]], "total": [chosen["total"]],
                                     "tip": [tips[pts.index(chosen)]]}
         self._recorded(d)
-        drawn = {self._rec_line: bool(self._src["rec_line"].data["x"]), self._rec_pts: bool(self._src["rec_pts"].data["batch"])}
+        drawn = {self._rec_line: bool(self._src["rec_line"].data["x"]), self._rec_pts: bool(self._src["rec_pts"].data["batch"]),
+                 self._ridge_pt: bool(self._src["ridge"].data["x"])}      # a legend entry without its mark misleads
         self.figure.legend[0].items = [i for i in self._legend_items if drawn.get(i.renderers[0], True)]
         self._readout.object = self._readout_html(d, chosen)
         return d
