@@ -91,7 +91,7 @@ def test_an_invisible_token_is_shown_with_a_mark_not_an_escape():
     assert any(text == "\xa0" for _i, text, _p in d["lens"][1]["top"])       # the case the review found
     html = layer_html(d, 1, "x") + lens_table_html(d, 1)
     assert "&#92;x" not in html and "\\x" not in html and "\xa0" not in html
-    assert "⍽" in html
+    assert "⍽" in html and 'title="⍽ = no-break space (U+00A0)"' in html    # the mark is named on hover
 
 
 # -- the widget, without a browser ----------------------------------------------------------------

@@ -10,6 +10,8 @@ Every mark has a hover tooltip; Bokeh escapes the token text it shows.
 """
 from __future__ import annotations
 
+import unicodedata
+
 from bokeh.models import ColumnDataSource, HoverTool, Span
 
 from widgets.common import PALETTE, esc, label_html, style_figure, themed_figure
@@ -116,10 +118,21 @@ def stage_html(d: dict, stage: dict, step: int, label: str) -> str:
             f'{label_html(label)}</p></div>')
 
 
+def _tip(text: str) -> str:
+    """A title naming the characters a token's mark stands for (⍽ is Unicode's NO-BREAK SPACE, U+00A0):
+    the mark alone would leave a reader guessing."""
+    hidden = [c for c in dict.fromkeys(text) if not c.isprintable() and c != "\n" and c != "\t"]
+    if not hidden:
+        return ""
+    names = ", ".join(f"{show_token(c)} = {unicodedata.name(c, 'a control character').lower()} "
+                      f"(U+{ord(c):04X})" for c in hidden)
+    return f' title="{esc(names)}"'
+
+
 def layer_html(d: dict, layer: int, label: str) -> str:
     """The logit lens after one layer: the top next tokens, and how likely the final prediction is there."""
     row = d["lens"][layer]
-    bars = "".join(f'<li><span class="fp-tok">{esc(show_token(text))}</span><meter min="0" max="1" '
+    bars = "".join(f'<li><span class="fp-tok"{_tip(text)}>{esc(show_token(text))}</span><meter min="0" max="1" '
                    f'value="{p:.4f}"></meter><span class="fp-p">{p:.1%}</span></li>'
                    for _i, text, p in row["top"])
     where = "the embedding (before any block)" if layer == 0 else f"block {layer}"
@@ -136,7 +149,7 @@ def layer_html(d: dict, layer: int, label: str) -> str:
 def lens_table_html(d: dict, current: int) -> str:
     rows = []
     for r in reversed(d["lens"]):                  # the prediction on top: the stream flows upward
-        cells = "".join(f"<td>{esc(show_token(text))} <span class=\"w-small\">{p:.0%}</span></td>"
+        cells = "".join(f"<td{_tip(text)}>{esc(show_token(text))} <span class=\"w-small\">{p:.0%}</span></td>"
                         for _i, text, p in r["top"][:3])
         on = ' class="on"' if r["layer"] == current else ""
         name = "emb" if r["layer"] == 0 else str(r["layer"])
