@@ -38,6 +38,7 @@ def test_engine_mode_steps_the_real_engine(app):
     page.locator(f"{W} .sd-step-button button").click()
     wait_text(page, f"{W} .sd-steps", "measured on cpu")          # the prefill ran live
     wait_text(page, f"{W} .sd-step-head", "prefill")
+    wait_text(page, f"{W} .sd-engine-stats", "1 target pass produced 1 token:")   # never "1 target passes … 1 tokens"
     page.locator(f"{W} .sd-step-button button").click()
     page.locator(f"{W} .sd-step[data-step='1']").wait_for(timeout=60_000)
     assert page.locator(f"{W} .sd-end").count() == 0                  # the live reply has only begun
