@@ -34,7 +34,10 @@ def test_prefix_cache_hits_hover_and_an_early_edit(app):
     page.locator(f"{PC} .pc-row[data-request='1'] .pc-block.linked[data-link='{link}']").wait_for()
     page.locator(f"{PC} .pc-questions textarea").fill(f"{XSS}\nWhy is decode memory-bound?")
     page.locator(f"{PC} .pc-edit button").click()       # a cold cache: the unedited send first, then the edit
+    # Honest waits (issue 30 item 3): while it runs, the notes say which send, engine and step it is at
+    wait_text(page, f"{PC} .pc-progress", "First the unedited prompt, to fill the cache. Caching on", timeout_ms=RUN_MS)
     wait_text(page, f"{PC} .pc-summary", "hashes changed from block 0", timeout_ms=RUN_MS)
+    page.locator(f"{PC} .pc-progress").wait_for(state="detached")         # gone once the send is shown
     wait_text(page, f"{PC} .pc-summary", "measured on cpu")
     wait_text(page, f"{PC} .pc-out .pc-head", "onerror")                # the typed tag, as text
     assert page.locator(f"{PC} .pc-out img").count() == 0
@@ -51,8 +54,11 @@ def test_chunked_prefill_follows_the_budget_slider(app):
     wait_live(page, "chunked-prefill")
     page.locator(f"{CP} .cp-budget .noUi-handle").focus()
     page.keyboard.press("ArrowRight")                                   # 64 → 96
+    # Honest waits (issue 30 item 3): a run is seconds long, and the notes say which run and step it is at
+    wait_text(page, f"{CP} .cp-progress", "Run 1 of 2 (chunked, budget 96): step", timeout_ms=RUN_MS)
     wait_text(page, f"{CP} .cp-summary", "under a budget of 96", timeout_ms=RUN_MS)
     wait_text(page, f"{CP} .cp-summary", "Not chunked", timeout_ms=RUN_MS)
+    page.locator(f"{CP} .cp-progress").wait_for(state="detached")         # gone once both runs are shown
     wait_text(page, f"{CP} .cp-summary-pane p", "measured on cpu")
     page.locator(f"{CP} .bk-Canvas").first.scroll_into_view_if_needed()
     bars = [p for p in bokeh_points(page) if "tip" in p and "document," in str(p.get("tip"))]
