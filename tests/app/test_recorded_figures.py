@@ -76,3 +76,24 @@ def test_lookup_selects_exactly_one_row():
             rf.lookup(rows, bad)
     assert [rf.format_value(v, f) for v, f in ((31234.5, "tok/s"), (0.456, "pct"), (4262.7, "gb/s"), (125.4, "ms"))] \
         == ["31,234 tokens/s", "46%", "4,263 GB/s", "125 ms"]
+
+
+def test_chapter_11_explains_a_flat_ttft_only_while_the_recording_is_flat():
+    # The prose says the two recorded first-token times are nearly equal and why; a re-recorded file whose
+    # TTFT climbs with the prompt must take that paragraph with it (this test then says so).
+    from widgets.prefill_decode.view import flat_ttft_note
+    body = next(c for c in list_chapters() if c.slug == "prefill-and-decode").body
+    rows = load_recorded("latency")["results"]["rows"]
+    one = {r["prompt_tokens"]: r["ttft_ms"] for r in rows if r["batch"] == 1}
+    says_flat = "Those two first-token times are nearly equal" in body
+    assert says_flat == (one[2048] < 1.5 * one[128]), "chapter 11's flat-TTFT paragraph no longer fits latency.json"
+    assert bool(flat_ttft_note([r for r in rows if r["batch"] == 1])) == says_flat
+
+
+def test_flat_ttft_note_needs_a_long_span_that_barely_grows():
+    from widgets.prefill_decode.view import flat_ttft_note
+    flat = [{"prompt_tokens": 128, "ttft_ms": 17.2}, {"prompt_tokens": 2048, "ttft_ms": 18.3}]
+    assert "barely grows from 128 to 2,048" in flat_ttft_note(flat)
+    climbs = [{"prompt_tokens": 128, "ttft_ms": 3.0}, {"prompt_tokens": 2048, "ttft_ms": 30.0}]
+    short = [{"prompt_tokens": 128, "ttft_ms": 17.2}, {"prompt_tokens": 256, "ttft_ms": 17.3}]
+    assert flat_ttft_note(climbs) == flat_ttft_note(short) == flat_ttft_note(flat[:1]) == ""
