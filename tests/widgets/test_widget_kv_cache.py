@@ -114,3 +114,29 @@ def test_widget_prefills_on_ready_and_queues_steps(llm):
     assert w.jobs.wait_idle(60) and "first 96 tokens" in w.notes.object and "300 characters" in w.notes.object
     assert w._views[-1]["num_cached"] == 96
     w.close()
+
+
+def test_a_step_says_which_half_runs_and_what_is_queued(llm):
+    """Honest waits (issue 30 item 3): a step is one token, yet seconds on a busy CPU (it is timed
+    against recomputing the whole sequence). The notes say which step and half runs, then clear."""
+    from widgets.kv_cache.view import step_progress_text
+    w = KVCacheWidget(LoadedEngine(llm))
+    assert w.jobs.wait_idle(60) and w._stepper is not None and "kv-progress" not in w.notes.object
+    said = []
+    say = w.say
+    w.say = lambda *notes, progress="": (said.append(progress), say(*notes, progress=progress))
+    tokens = w._views[-1]["num_cached"]
+    w._request_step()
+    deadline = time.monotonic() + 120
+    while (w.jobs.busy or len(w._stepper.views) < 2) and time.monotonic() < deadline:
+        assert w.jobs.wait_idle(60)
+    shown = [p for p in said if p]
+    assert shown[:2] == [f"Step 1: decoding token {tokens + 1} with the KV cache…",
+                         f"Step 1: recomputing all {tokens + 1} tokens without a cache, to compare…"]
+    assert said[-1] == "" and "kv-progress" not in w.notes.object                    # cleared when shown
+    w.close()
+    p = {"step": 7, "tokens": 40, "stage": "recompute", "queued": 2, "others": 1}
+    assert step_progress_text(p) == ("Step 7: recomputing all 41 tokens without a cache, to compare (2 more steps "
+                                     "queued)… The server is also generating for another request, so this run is "
+                                     "slower than usual.")
+    assert step_progress_text(None) == ""

@@ -76,8 +76,9 @@ class KVStepper:
     def done(self) -> bool:
         return len(self.views) > MAX_STEPS
 
-    def step(self) -> StepView:
-        """The prefill first, then one decode step per call."""
+    def step(self, progress=lambda stage: None) -> StepView:
+        """The prefill first, then one decode step per call. ``progress("recompute")`` once a decode
+        step's forward pass is done and its recomputation (the slower half, seconds on a busy CPU) begins."""
         with self._lock, self.engine.hold():     # its page may close (and free it) mid-step
             if self.done:
                 raise ValueError(f"the stepper stops after {MAX_STEPS} decode steps: restart it")
@@ -89,6 +90,7 @@ class KVStepper:
             view = self._view(len(self.views), list(range(before, len(cached))), cached, token,
                               record.forward_s * 1e3)
             if view.kind == "decode":
+                progress("recompute")
                 view.recompute_ms, view.recompute_token = self._recompute(cached, len(self.views))
             self._ids.append(token)
             self.views.append(view)

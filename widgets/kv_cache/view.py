@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from widgets.common import esc, label_html, modelled, plural, show_token
+from widgets.common.load import busy_note
 from widgets.modelled.hardware import MODELS, kv_bytes, kv_bytes_per_token
 
 BIG_MODEL = "Llama-3.1-70B"                  # 128K context: the model chapter 12's figures are about
@@ -115,3 +116,18 @@ def timing_html(views: list[dict], label: str) -> str:
             f'<p class="w-small">Decode so far: {with_cache:,.0f} ms with the cache, {without:,.0f} ms without; '
             f"{passes_with:,} token passes against {passes_without:,} (after a {p0:,}-token prefill): the "
             "first grows by one per step, the second by the whole length.</p>")
+
+
+def step_progress_text(p: dict | None) -> str:
+    """Where the step in flight is (widget.py posts it): p = {"step": the step being computed, "tokens":
+    tokens in the cache before it, "stage": "decode" | "recompute", "queued": presses still waiting,
+    "others": requests the shared engine is running meanwhile}. A step is one token, yet seconds on a
+    busy CPU, since each is timed against recomputing the whole sequence. "" for none."""
+    if not p:
+        return ""
+    if p["stage"] == "decode":
+        what = f"decoding token {p['tokens'] + 1:,} with the KV cache"
+    else:
+        what = f"recomputing all {plural(p['tokens'] + 1, 'token')} without a cache, to compare"
+    queued = f" ({plural(p['queued'], 'more step')} queued)" if p.get("queued") else ""
+    return f"Step {p['step']}: {what}{queued}…{busy_note(p.get('others', 0))}"

@@ -5,7 +5,8 @@ Each step shows what the engine did (compute.py reads it back from the private e
 and the block and slot each one's K/V landed in (view.py), the new token's K and V —
 30 layers × 3 KV heads × 64 numbers each, the bytes this step added — the bytes held, and the step
 timed against recomputing the whole sequence. Steps run as background jobs; presses made while one
-runs are queued (a few at most), so a held key never piles up work.
+runs are queued (a few at most), so a held key never piles up work. A step is seconds on a busy CPU:
+the notes say which step and half (decode, then the recomputation) is running and how many are queued.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from widgets.common import PALETTE, Widget, example, html_pane, is_dark, measure
 from widgets.common import style_figure, themed_figure
 from widgets.common.text import clip
 from widgets.kv_cache.compute import MAX_PROMPT_TOKENS, MAX_STEPS, KVStepper
-from widgets.kv_cache.view import blocks_html, bytes_html, timing_html, view_dict
+from widgets.common.load import busy_requests
+from widgets.kv_cache.view import blocks_html, bytes_html, step_progress_text, timing_html, view_dict
 
 DEFAULT_PROMPT = ("Once upon a time, in a small village by the sea, there lived an old fisherman who told the same "
                   "story to every child who would listen.")
@@ -77,6 +79,7 @@ class KVCacheWidget(Widget):
         self._t_fig, self._t_src = self._time_figure()
         self._t_pane = pn.pane.Bokeh(self._t_fig, sizing_mode="stretch_width", visible=False)
         self._stepper, self._views, self._wanted, self._clip_note = None, [], 0, None
+        self._kept: tuple = (None,)                     # the notes a step's progress line sits under
         self.on_page_close(self._close_stepper)
         stage = html_pane(f'<div class="kv-stage" tabindex="0" data-keys="{KEYS}" data-press=".kv-step" '
                           'aria-label="KV-cache stepper: press the right arrow or n to decode one token">'
@@ -163,13 +166,16 @@ class KVCacheWidget(Widget):
             stepper = KVStepper(llm, text)
             stepper.step()
             return stepper
-        self.jobs.submit(work, on_done=self._started, on_error=self.gate.error)
+        # seconds on a busy CPU (two private engines made, then the prompt's forward pass): say what runs
+        self.say(self._clip_note, progress="Prefilling your prompt in a fresh private engine…")
+        self.jobs.submit(work, on_done=self._started,
+                         on_error=lambda m: (self.say(self._clip_note), self.gate.error(m)))
 
     def _started(self, stepper: KVStepper) -> None:
         self._stepper = stepper
-        if stepper.cut:
-            self.say(self._clip_note, f"Only the prompt's first {MAX_PROMPT_TOKENS} tokens are used "
-                                      f"(the limit is {MAX_PROMPT_TOKENS}).")
+        self._kept = (self._clip_note, f"Only the prompt's first {MAX_PROMPT_TOKENS} tokens are used (the limit "
+                                       f"is {MAX_PROMPT_TOKENS})." if stepper.cut else None)
+        self.say(*self._kept)
         self._prefill.disabled = self._step.disabled = False
         self._paint([view_dict(v) for v in stepper.views], measured(stepper.llm.device_name))
 
@@ -188,18 +194,31 @@ class KVCacheWidget(Widget):
         label = measured(stepper.llm.device_name)
 
         def work(job):
+            views = None
             while len(stepper.views) < self._wanted and not stepper.done:
                 job.check()
-                stepper.step()
-                job.post([view_dict(v) for v in stepper.views])
+                n = len(stepper.views)
+                where = {"step": n, "tokens": len(stepper.views[-1].token_ids),
+                         "queued": max(0, self._wanted - n - 1), "others": busy_requests(stepper.llm)}
+                # each post carries the views so far (None: unchanged) and where the step in flight is
+                job.post({"views": views, "progress": {**where, "stage": "decode"}})
+                stepper.step(progress=lambda stage: job.post({"views": views, "progress": {**where, "stage": stage}}))
+                views = [view_dict(v) for v in stepper.views]
+                job.post({"views": views, "progress": None})
             return [view_dict(v) for v in stepper.views]
+
+        def progress(posted):
+            if posted["views"] is not None and posted["views"] is not self._views:
+                self._paint(posted["views"], label)
+            self.say(*self._kept, progress=step_progress_text(posted["progress"]))
 
         def done(views):
             self._paint(views, label)
+            self.say(*self._kept)
             if stepper is self._stepper and len(stepper.views) < self._wanted and not stepper.done:
                 self._run_steps(stepper)               # presses that came while the last job was finishing
-        self.jobs.submit(work, on_done=done, on_progress=lambda views: self._paint(views, label),
-                         on_error=self.gate.error)
+        self.jobs.submit(work, on_done=done, on_progress=progress,
+                         on_error=lambda m: (self.say(*self._kept), self.gate.error(m)))
 
     def _close_stepper(self) -> None:
         stepper, self._stepper = self._stepper, None
