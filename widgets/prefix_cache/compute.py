@@ -61,16 +61,16 @@ class SendResult:
 
 def run_send(engine, prompts: list[list[int]], tag: str, check=lambda: None, progress=lambda p: None) -> SendResult:
     """Q1 alone, then the others together (see the module docstring); aborts everything on error.
-    ``progress(p)`` after every step: p = {"stage": "q1" | "others" | "decode", "steps": this send's steps}."""
+    ``progress(p)`` as each step starts: p = {"stage": "q1" | "others" | "decode", "steps": this send's
+    steps, the one starting included}, so the reader reads what runs now (Q1's prefill is the long one)."""
     from engine import SamplingParams
     params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
     ids = [f"{tag}-q{i + 1}" for i in range(len(prompts))]
     start = engine.trace.num_steps
 
     def step(stage: str):
-        events = engine.step()
-        progress({"stage": stage, "steps": engine.trace.num_steps - start})
-        return events
+        progress({"stage": stage, "steps": engine.trace.num_steps - start + 1})
+        return engine.step()
     try:
         engine.add_request(ids[0], prompts[0], params)
         while not any(ev.request_id == ids[0] for ev in step("q1")):
@@ -165,7 +165,7 @@ class PrefixLab:
 
     def send(self, system: str, questions: list[str], check=lambda: None, progress=lambda p: None) -> dict:
         """One send through the caching-on engine, then the same through a fresh caching-off one.
-        ``progress(p)`` after every step: run_send's p with "engine": "on" | "off", "questions" and
+        ``progress(p)`` as each step starts: run_send's p with "engine": "on" | "off", "questions" and
         "others" (requests the shared engine is running meanwhile: they slow this CPU down)."""
         if not 1 <= len(questions) <= MAX_QUESTIONS:
             raise ValueError(f"send 1 to {MAX_QUESTIONS} questions")

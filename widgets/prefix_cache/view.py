@@ -93,7 +93,7 @@ def summary_html(d: dict, label: str) -> str:
 
 
 def progress_text(p: dict | None) -> str:
-    """Where a send in flight is (compute.PrefixLab.send's progress, posted after every step); p["warm"]:
+    """Where a send in flight is (compute.PrefixLab.send's progress, posted as each step starts); p["warm"]:
     this is the unedited prompt, sent first to fill an empty cache before the edited send. "" for none."""
     if not p:
         return ""
