@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from app.links import Links
 
 NUM_LAYERS = 30          # SmolLM2-135M's blocks (engine/config.py ModelConfig.num_layers)
-REFRESH_MS = 250         # as the engine dashboard: a few looks a second, a repaint only on a newer step
+REFRESH_MS = 250         # while the reader's request runs: as the engine dashboard, a repaint only on a newer step
+IDLE_MS = 1000           # otherwise: one look a second for a request of this reader (each look costs Panel's
+#                          callback machinery, on every open page of the server)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +288,7 @@ def overview_map(current_slug: str | None = None, compact: bool = False, links: 
     """The map and its live line, as one Panel column, following this page's reader's requests.
 
     Cost on a shared server: every open page looks at one set (its reader's request ids) every
-    REFRESH_MS and does nothing more while it is empty; it touches the engine only while a request
+    IDLE_MS and does nothing more while it is empty; it touches the engine only while a request
     of its reader is in flight, and sends the browser something only when a newer step has run.
     The periodic callback is the session's: Panel stops it when the page closes."""
     import panel as pn
@@ -320,8 +322,13 @@ def overview_map(current_slug: str | None = None, compact: bool = False, links: 
             # pressed Generate in the widget far below the title, and watches the map from there.
             col.css_classes = col_classes + (["ovm-sticky"] if view else [])
 
+    def pace(ms: int) -> None:
+        if cb.period != ms:
+            cb.period = ms                           # Panel restarts the callback at the new period
+
     def tick() -> None:
         if not reader.requests and state["view"] is None:
+            pace(IDLE_MS)
             return                                   # idle: one set read, nothing sent
         if handle.snapshot().status.value != "ready":
             return                                   # never loads the model for the map
@@ -332,6 +339,7 @@ def overview_map(current_slug: str | None = None, compact: bool = False, links: 
         if key == state["seen"]:
             return                                   # no newer step: nothing to send
         state["seen"] = key
+        pace(REFRESH_MS)
         view = request_view(stats, mine, llm.engine_config.block_size)
         if view is None:                             # the request has finished (or was stopped)
             last, state["view"] = state["view"], None
@@ -344,5 +352,5 @@ def overview_map(current_slug: str | None = None, compact: bool = False, links: 
         state["view"] = view
         paint(view)
 
-    pn.state.add_periodic_callback(tick, period=REFRESH_MS)
+    cb = pn.state.add_periodic_callback(tick, period=IDLE_MS)
     return col
