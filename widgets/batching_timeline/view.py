@@ -10,7 +10,7 @@ example paints exactly like a live run.
 from __future__ import annotations
 
 from widgets.batching_timeline.compute import BUDGET, MODES, STATES
-from widgets.common import PALETTE, esc, label_html, plural, themed_figure
+from widgets.common import PALETTE, card_table, esc, label_html, plural, themed_figure
 from widgets.common.theme import ink
 
 # state -> (fill colour, hatch, words for the legend and tooltips). Okabe–Ito hues; the three states
@@ -115,7 +115,7 @@ def compare_html(runs: dict, label: str, running: str | None = None) -> str:
 
     def cell(m, fn):
         t = runs[m]
-        return f'<td class="bt-{m}">{fn(t["summary"], t)}</td>'
+        return fn(t["summary"], t), f"bt-{m}"
     rows = [
         ("engine steps", lambda s, t: f'{s["steps"]:,}' + ("" if s["complete"] else " so far")),
         ("time in those steps", lambda s, t: _ms(s["time_s"] * 1e3)),
@@ -127,10 +127,11 @@ def compare_html(runs: dict, label: str, running: str | None = None) -> str:
         ("preemptions", lambda s, t: f'{s["preemptions"]}' + _preempt_cost(s, t)
          + (f' ({plural(s["released_seats"], "seat")} freed early*)' if s.get("released_seats") else "")),
     ]
-    head = "".join(f'<th scope="col">{TITLES[m]}{" (running…)" if m == running else ""}</th>' for m in cols)
-    body = "".join(f'<tr><th scope="row">{name}</th>{"".join(cell(m, fn) for m in cols)}</tr>' for name, fn in rows)
-    return (f'<div class="pd-scroll"><table class="pd-tab bt-compare"><thead><tr><th></th>{head}</tr></thead>'
-            f'<tbody>{body}</tbody></table></div><p class="w-small">Times: {label_html(label)}. Steps, seats and '
+    # a card per measure on a phone (card_table): two columns of numbers scrolled sideways at 390 px
+    heads = ["measure"] + [TITLES[m] + (" (running…)" if m == running else "") for m in cols]
+    table = card_table(heads, [[(name, "bt-measure")] + [cell(m, fn) for m in cols] for name, fn in rows],
+                       "bt-compare")
+    return (table + f'<p class="w-small">Times: {label_html(label)}. Steps, seats and '
             "blocks are the engine's own counts.</p>" + released_html(runs) + _verdict(runs) + noise_html(runs))
 
 
@@ -219,14 +220,10 @@ def history_html(history: list[dict]) -> str:
     """Every run this reader made (newest first): compare memory sizes and recompute with swap."""
     if not history:
         return ""
-    rows = "".join(
-        f'<tr><td>{TITLES[h["mode"]].split()[0].lower()}</td><td>{h["kv_blocks"]}</td><td>{esc(h["preemption"])}</td>'
-        f'<td>{h["steps"]:,}</td><td>{_ms(h["time_s"] * 1e3)}</td><td>{h["tok_per_s"]:,.1f}</td>'
-        f'<td>{h["preemptions"]}</td><td>{h["cost"]}</td></tr>' for h in history)
-    return ('<details class="bt-history" open><summary>Your runs (newest first)</summary><div class="pd-scroll">'
-            '<table class="pd-tab"><thead><tr><th>mode</th><th>KV blocks</th><th>preemption</th><th>steps</th>'
-            '<th>time</th><th>tok/s</th><th>preempted</th><th>cost</th></tr></thead>'
-            f"<tbody>{rows}</tbody></table></div></details>")
+    rows = [[TITLES[h["mode"]].split()[0].lower(), str(h["kv_blocks"]), esc(h["preemption"]), f'{h["steps"]:,}',
+             _ms(h["time_s"] * 1e3), f'{h["tok_per_s"]:,.1f}', str(h["preemptions"]), h["cost"]] for h in history]
+    table = card_table(("mode", "KV blocks", "preemption", "steps", "time", "tok/s", "preempted", "cost"), rows)
+    return f'<details class="bt-history" open><summary>Your runs (newest first)</summary>{table}</details>'
 
 
 def history_row(t: dict) -> dict:
