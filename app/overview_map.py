@@ -305,7 +305,8 @@ def overview_map(current_slug: str | None = None, compact: bool = False, links: 
     col_classes = ["ovm-block", "ovm-block-compact" if compact else "ovm-block-full"]
     col = pn.Column(map_pane, live_pane, sizing_mode="stretch_width", margin=(0, 0), css_classes=col_classes)
     # The first paint (app/shell.py preview) shows the same static map, so nothing moves when it goes.
-    col.preview_html = map_pane.object + live_pane.object
+    # Wrapped as the column is (its class draws the cover's card), so the card does not appear late.
+    col.preview_html = f'<div class="{" ".join(col_classes)}">{map_pane.object}{live_pane.object}</div>'
     if not in_session():
         return col
     handle = handle or shared_engine()

@@ -107,3 +107,13 @@ def test_live_line_says_the_phase_and_the_blocks_in_words():
     assert 'data-phase="done"' in done and "freed" in done
     assert om.live_html(None, compact=True) == ""               # a chapter's header: nothing while idle
     assert 'data-phase="idle"' in om.live_html(None)
+
+
+def test_the_first_paint_preview_shows_the_static_map():
+    pytest.importorskip("panel")
+    from app.shell import preview_html
+    cover = preview_html("", "", [om.overview_map(None)])
+    assert '<div class="ovm-block ovm-block-full">' in cover and 'data-stage="gpu"' in cover
+    assert "live widget appears here" not in cover         # drawn, not a placeholder
+    chapter = preview_html("", "", [om.overview_map("kv-cache", compact=True)])
+    assert "ovm-block-compact" in chapter and 'aria-current="location"' in chapter
