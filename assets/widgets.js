@@ -147,13 +147,24 @@
   //    that widget (except a text box or a list), those keys click the button inside the .kv-step
   //    component of the same widget. Keys never act on a widget the reader is not in.
   const TYPING = new Set(["INPUT", "TEXTAREA", "SELECT"]);
+  function widgetOf(path) {
+    return path.find((el) => el.classList && [...el.classList].some((c) => c.startsWith("widget-"))) || null;
+  }
+  let clicked = null;                                     // the widget the reader last pressed the pointer in
+  document.addEventListener("pointerdown", (e) => { clicked = widgetOf(e.composedPath()); }, true);
   document.addEventListener("keydown", (e) => {
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const path = e.composedPath();
     const first = path[0];
     if (!first || TYPING.has(first.tagName) || first.isContentEditable) return;
-    const widget = path.find((el) => el.classList && [...el.classList].some((c) => c.startsWith("widget-")));
+    let widget = widgetOf(path);
+    // A click on a widget's plain text leaves the focus on the page itself, not in the widget; the keys
+    // still belong to the widget the reader last clicked in, while nothing else has the focus.
+    if (!widget && (first === document.body || first === document.documentElement) && clicked && clicked.isConnected) {
+      widget = clicked;
+    }
     if (!widget) return;
+    if (ROVE_KEYS.has(e.key) && first.parentElement && first.parentElement.dataset.rove) return;   // chips move
     const root = widget.shadowRoot || widget;
     const zone = deepFind(root, "[data-keys]");
     if (!zone || !zone.dataset.keys.split(" ").includes(e.key)) return;
@@ -271,6 +282,7 @@
   const resized = new ResizeObserver((entries) => entries.forEach((e) => scrollable(e.target)));
   function scan(root) {
     name(root);
+    rove(root);
     for (const el of root.querySelectorAll("*")) {
       if (el.shadowRoot && !watched.has(el.shadowRoot)) { watch(el.shadowRoot); scan(el.shadowRoot); }
     }
@@ -292,6 +304,51 @@
   dirty.add(document);
   queued = true;
   requestAnimationFrame(flush);
+
+  // 7. Token chips are one Tab stop per row, not one each (a 35-token sequence was 35 Tab presses): in a
+  //    parent holding two or more focusable chips ([data-link][tabindex]), only one chip keeps tabindex 0
+  //    (the last one focused, else the first) and the arrow keys, Home and End move between them. The
+  //    hover link (1.) still lights the chip that has the focus.
+  const ROVE_KEYS = new Set(["ArrowRight", "ArrowDown", "ArrowLeft", "ArrowUp", "Home", "End"]);
+  function rove(root) {
+    const groups = new Set();
+    root.querySelectorAll("[data-link][tabindex]").forEach((chip) => { if (chip.parentElement) groups.add(chip.parentElement); });
+    groups.forEach((group) => {
+      const chips = [...group.children].filter((c) => c.hasAttribute("data-link") && c.hasAttribute("tabindex"));
+      if (chips.length < 2) return;
+      group.dataset.rove = "1";
+      const current = chips.find((c) => c.dataset.roveCurrent) || chips[0];
+      chips.forEach((c) => { c.tabIndex = c === current ? 0 : -1; });
+    });
+  }
+  function rovedChip(e) {
+    const chip = e.composedPath()[0];
+    const group = chip && chip.parentElement;
+    return group && group.dataset && group.dataset.rove && chip.hasAttribute("data-link") ? chip : null;
+  }
+  function makeCurrent(chip) {
+    [...chip.parentElement.children].forEach((c) => {
+      if (!c.hasAttribute("data-link") || !c.hasAttribute("tabindex")) return;
+      c.tabIndex = c === chip ? 0 : -1;
+      if (c === chip) c.dataset.roveCurrent = "1"; else delete c.dataset.roveCurrent;
+    });
+  }
+  // A focus move inside one shadow root never reaches the document (the event would be retargeted to the
+  // same host on both sides), so the arrow keys and a pointer press set the current chip themselves.
+  ["focusin", "pointerdown"].forEach((type) => document.addEventListener(type, (e) => {
+    const chip = rovedChip(e);
+    if (chip) makeCurrent(chip);
+  }, true));
+  document.addEventListener("keydown", (e) => {
+    if (!ROVE_KEYS.has(e.key) || e.ctrlKey || e.metaKey || e.altKey) return;
+    const chip = rovedChip(e);
+    if (!chip) return;
+    const chips = [...chip.parentElement.children].filter((c) => c.hasAttribute("data-link") && c.hasAttribute("tabindex"));
+    const i = chips.indexOf(chip);
+    const next = {ArrowRight: i + 1, ArrowDown: i + 1, ArrowLeft: i - 1, ArrowUp: i - 1, Home: 0, End: chips.length - 1}[e.key];
+    e.preventDefault();                                    // the arrow moves the focus, not the page
+    if (next >= 0 && next < chips.length) { makeCurrent(chips[next]); chips[next].focus(); }
+  }, true);
 
   // 6. A checkbox's text is its label: a click on it toggles the box (Bokeh draws them as siblings).
   document.addEventListener("click", (e) => {

@@ -3,6 +3,8 @@ roofline follows model, GPU and batch; the KV-cache stepper steps with its butto
 Screenshots at 1280 and 390 px, light and dark."""
 from __future__ import annotations
 
+import time
+
 
 import pytest
 
@@ -93,6 +95,33 @@ def test_kv_cache_steps_with_the_button_and_the_key(app):
     wait_text(page, f"{KV} .kv-time", "Prefill: ")
     wait_text(page, f"{KV} .kv-blocks", "img")
     assert page.locator(f"{KV} .kv-blocks img").count() == 0
+    app.assert_clean()
+
+
+def test_kv_cache_chips_are_one_tab_stop_and_keys_work_after_a_click(app):
+    page = app.open("?chapter=kv-cache")
+    wait_live(page, "kv-cache")
+    wait_text(page, f"{KV} .kv-time", "Prefill: 30 tokens")
+    chips = page.locator(f"{KV} .kv-chip[data-link]")
+    n = chips.count()
+    assert n == 30
+    # One chip of the row is in the Tab order (roving tabindex), the others are reached by the arrows.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and page.locator(f'{KV} .kv-chip[data-link][tabindex="0"]').count() != 1:
+        page.wait_for_timeout(100)
+    assert page.locator(f'{KV} .kv-chip[data-link][tabindex="0"]').count() == 1
+    chips.first.focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("() => { let a = document.activeElement; while (a && a.shadowRoot && a.shadowRoot.activeElement) "
+                         "a = a.shadowRoot.activeElement; return a && a.dataset.link; }") == "p2"
+    page.keyboard.press("End")
+    assert chips.nth(n - 1).evaluate("el => el.tabIndex") == 0 and chips.first.evaluate("el => el.tabIndex") == -1
+    assert page.locator(f"{KV} .kv-time", has_text="Prefill: 30 tokens").count() >= 1   # the arrows moved the focus, not the step
+    # A click on the widget's plain text leaves the focus on the page, and its keys still step it.
+    page.locator(f"{KV} .kv-time").click()
+    page.keyboard.press("n")
+    wait_text(page, f"{KV} .kv-time", "Step 1, with the cache")
     app.assert_clean()
 
 
