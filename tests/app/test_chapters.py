@@ -17,10 +17,12 @@ GLOSSARY = load_glossary()
 
 
 def body_words(body: str) -> int:
-    """Words a reader reads: code blocks, display math and HTML comments (widget markers) excluded."""
+    """Words a reader reads: code blocks, display math and HTML comments (widget markers) excluded, and so is
+    every token without a letter or digit in it (a table's | and --- rules, an arrow, a ×): those were 1,300 of
+    the 22,600 counted, so the count said 90 minutes for a book the cover's per-chapter times put at 86."""
     for pattern in (r"```.*?```", r"\$\$.*?\$\$", r"<!--.*?-->"):
         body = re.sub(pattern, "", body, flags=re.S)
-    return len(body.split())
+    return sum(1 for token in body.split() if re.search(r"\w", token))
 
 
 def render(chapter):

@@ -85,7 +85,7 @@ def test_chapter_11_explains_a_flat_ttft_only_while_the_recording_is_flat():
     body = next(c for c in list_chapters() if c.slug == "prefill-and-decode").body
     rows = load_recorded("latency")["results"]["rows"]
     one = {r["prompt_tokens"]: r["ttft_ms"] for r in rows if r["batch"] == 1}
-    says_flat = "Those two first-token times are nearly equal" in body
+    says_flat = "Those two are nearly equal" in body
     assert says_flat == (one[2048] < 1.5 * one[128]), "chapter 11's flat-TTFT paragraph no longer fits latency.json"
     assert bool(flat_ttft_note([r for r in rows if r["batch"] == 1])) == says_flat
 
