@@ -224,3 +224,39 @@ def test_widget_paints_the_example_runs_and_frees_on_session_end(llm, caplog):
     w.close()                                                # what the session's end calls
     wait_for(lambda: freed() == 3, "the abandoned run's engine to be freed")
     assert not any(r.levelno >= logging.ERROR for r in caplog.records)
+
+
+def test_a_run_waiting_for_a_seat_is_told_its_place_then_runs(llm):
+    import threading
+    from widgets.batching_timeline.compute import run_both
+    from widgets.batching_timeline.view import waiting_text
+    from widgets.common.sharing import BATCHING_RUNS
+    held, release = threading.Barrier(BATCHING_RUNS.seats + 1), threading.Event()
+
+    def hold():                                       # another reader's run in each seat
+        with BATCHING_RUNS.seat():
+            held.wait()
+            release.wait(60)
+    holders = [threading.Thread(target=hold) for _ in range(BATCHING_RUNS.seats)]
+    for t in holders:
+        t.start()
+    held.wait()                                        # every seat is taken
+
+    class Job:
+        posts: list = []
+
+        def check(self):
+            pass
+
+        def post(self, what):
+            self.posts.append(what)
+            if what == (None, 1):                      # told its place: let the others finish
+                release.set()
+    job = Job()
+    runs = run_both(llm, SMALL[:2], 16, "recompute", job)
+    for t in holders:
+        t.join()
+    assert job.posts[0] == (None, 1) and set(runs) == {"static", "continuous"}
+    assert all(mode is not None for mode, _ in job.posts[1:])   # then progress from the runs themselves
+    assert "yours is next (place 1 in line)" in waiting_text(1, 2) and "2 comparisons at once" in waiting_text(1, 2)
+    assert "2 runs ahead of yours (place 3" in waiting_text(3, 2)

@@ -146,9 +146,9 @@ def server_busy(llm) -> bool:
 
 def run_both(llm, reqs: list[Req], kv_blocks: int, preemption: str, job) -> dict:
     """Static, then continuous, in one of the server's run seats; ``job.post((mode, runs so far))`` after
-    each step, and ``(None, {})`` while waiting for a slot."""
+    each step, and ``(None, place)`` while waiting in line for a seat (place 1 is next)."""
     runs: dict = {}
-    with BATCHING_RUNS.seat(job.check, on_place=lambda _place: job.post((None, runs))):
+    with BATCHING_RUNS.seat(job.check, on_place=lambda place: job.post((None, place))):
         for mode in MODES:
             runs[mode] = run_mode(llm, reqs, mode, kv_blocks, preemption, job,
                                   on_progress=lambda t, m=mode: job.post((m, {**runs, m: t})),

@@ -231,3 +231,10 @@ def history_row(t: dict) -> dict:
     cost = _preempt_cost(s, t).strip(" ()") or "–"
     return {"mode": t["mode"], "kv_blocks": t["kv_blocks"], "preemption": t["preemption"], "steps": s["steps"],
             "time_s": s["time_s"], "tok_per_s": s["tok_per_s"], "preemptions": s["preemptions"], "cost": esc(cost)}
+
+
+def waiting_text(place: int, seats: int) -> str:
+    """What a run waiting in line for one of the server's comparison seats says (place 1 is next)."""
+    ahead = "yours is next" if place == 1 else f"{plural(place - 1, 'run')} ahead of yours"
+    return (f"Waiting for a seat: this server runs {plural(seats, 'comparison')} at once and other readers' "
+            f"runs hold them; {ahead} (place {place} in line)…")

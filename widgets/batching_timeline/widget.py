@@ -22,8 +22,9 @@ from widgets.batching_timeline.compute import (DEFAULT_BLOCKS, MAX_BLOCKS, MODES
                                                format_lengths, min_blocks, parse_lengths, pattern_lengths,
                                                run_both, run_mode)
 from widgets.batching_timeline.view import (TITLES, X_PAD, compare_html, gantt_data, gantt_figure, history_html,
-                                            history_row, legend_html)
+                                            history_row, legend_html, waiting_text)
 from widgets.common import Widget, example, html_pane, is_dark, measured, register
+from widgets.common.sharing import BATCHING_RUNS
 
 DEFAULT_PATTERN = "long-short"
 MAX_HISTORY = 8
@@ -125,10 +126,12 @@ class BatchingTimeline(Widget):
         started = time.perf_counter()
 
         def progress(posted):
-            mode, runs = posted
-            self._paint(runs, label, running=mode)
-            if mode is None:
-                self.say(*notes, progress="Waiting for another reader's run to finish…")
+            mode, what = posted
+            if mode is None:                  # waiting in line: `what` is the place
+                self._paint({}, label, running=None)
+                self.say(*notes, progress=waiting_text(what, BATCHING_RUNS.seats))
+                return
+            self._paint(what, label, running=mode)
 
         def done(runs):
             self._paint(runs, label)
