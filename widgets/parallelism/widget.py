@@ -74,7 +74,7 @@ class ParallelismWidget(Widget):
                            "processes at every step, and that the text does not change.")
         controls = pn.FlexBox(self._mode, self._size, self._tokens, self._button, flex_wrap="wrap",
                               align_items="flex-end", sizing_mode="stretch_width")
-        h = lambda text: html_pane(f"<h4 class='pz-h'>{text}</h4>")
+        h = lambda text: html_pane(f"<h3 class='pz-h'>{text}</h3>")
         self.layout = pn.Column(
             title, self.gate.pane, self._prompt, controls, self.notes, self._progress,
             h("1 · How the model is split"), self._split,
