@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 from app.links import Links
+from widgets.common.text import plural
 
 NUM_LAYERS = 30          # SmolLM2-135M's blocks (engine/config.py ModelConfig.num_layers)
 REFRESH_MS = 250         # while the reader's request runs: as the engine dashboard, a repaint only on a newer step
@@ -231,10 +232,6 @@ def live_style(view: dict | None) -> dict[str, str]:
             "--ovm-kv-pct": str(round(100 * view["kv_used"] / view["kv_total"]) if view["kv_total"] else 0)}
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
 def live_html(view: dict | None, done: dict | None = None, compact: bool = False, links: Links | None = None) -> str:
     """The figures under the map, in words, with this request's KV blocks and the batch's seats drawn.
     ``done``: the last view of a request that has just finished (the map settles on it)."""
@@ -247,20 +244,20 @@ def live_html(view: dict | None, done: dict | None = None, compact: bool = False
                 'request, step by step, through the engine that serves every reader.</p>')
     if view is None:
         v = done
-        blocks = _plural(v["blocks"], "KV block")
+        blocks = plural(v["blocks"], "KV block")
         return (f'<p class="ovm-live ovm-done" data-phase="done"><b>Done.</b> Your request finished: '
-                f'{_plural(v["cached"], "token")} had filled {blocks} ({v["block_size"]} tokens each), now freed '
+                f'{plural(v["cached"], "token")} had filled {blocks} ({v["block_size"]} tokens each), now freed '
                 'for the next reader.</p>')
     v = view
     if v["phase"] == "waiting":
         words = (f'<b>Waiting</b> for a seat in the batch: step {v["step"]:,} ran '
-                 f'{_plural(v["batch"], "request")} of other readers.')
+                 f'{plural(v["batch"], "request")} of other readers.')
     else:
-        what = (f'reads {_plural(v["step_tokens"], "prompt token")} at once' if v["phase"] == "prefill"
+        what = (f'reads {plural(v["step_tokens"], "prompt token")} at once' if v["phase"] == "prefill"
                 else "writes one more token")
-        others = (f'with {_plural(v["others"], "other request")}' if v["others"] else "alone")
+        others = (f'with {plural(v["others"], "other request")}' if v["others"] else "alone")
         words = (f'<b>{v["phase"].capitalize()}</b> · step {v["step"]:,}: your request {what}, {others} in the '
-                 f'batch · {_plural(v["cached"], "token")} in its KV cache = <b>{_plural(v["blocks"], "KV block")}'
+                 f'batch · {plural(v["cached"], "token")} in its KV cache = <b>{plural(v["blocks"], "KV block")}'
                  f'</b> ({v["block_size"]} tokens each) · the engine holds {v["kv_used"]:,} of {v["kv_total"]:,} blocks')
     pics = ""
     if not compact:

@@ -23,6 +23,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from widgets.common.load import busy_requests
 from widgets.common.sharing import BATCHING_RUNS
 from widgets.common.sandboxes import release, sandbox
 
@@ -134,14 +135,7 @@ def server_busy(llm) -> bool:
     """Whether other work was computing on this server just now: the shared engine stepped for other
     readers' requests in the last second, or another reader's batching run holds the other run seat.
     (Both share the CPU with this run, so its steps take longer: seconds are noisy, steps are not.)"""
-    import time
-    if BATCHING_RUNS.running > 1:
-        return True
-    try:
-        stats = llm.stats
-    except AttributeError:                    # an LLM without a loop (a test double): nothing else runs
-        return False
-    return stats.num_running > 0 and time.monotonic() - stats.updated_s < 1.0
+    return BATCHING_RUNS.running > 1 or busy_requests(llm) > 0
 
 
 def run_both(llm, reqs: list[Req], kv_blocks: int, preemption: str, job) -> dict:
