@@ -1,5 +1,9 @@
-"""The engine's layout rules: its packages form layers (imports only run down), no import cycle
-between its modules, no module named like a standard library one, and engine/ never imports Panel."""
+"""The repository's layout rules, read from the source (AST), not by importing it.
+
+The engine: its packages form layers (imports only run down), no import cycle between its modules, no
+module named like a standard library one, engine/ never imports Panel. The widgets: one folder each, on
+the Widget base, none importing another or app/, the toolkit's pieces never copied back into a folder.
+The top level: kernels -> engine -> widgets -> app, and widgets use the engine's public face only."""
 from __future__ import annotations
 
 import ast
@@ -181,3 +185,66 @@ def test_importing_the_toolkit_imports_no_widget():
                              "'panel' in sys.modules)"],
                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "['common', 'modelled'] False", loaded
+
+
+def test_every_widget_registers_one_class_on_the_widget_base():
+    """What every widget repeats (the gate, the job runner, notes, Run/Stop, closing with the page) lives
+    once in widgets/common/base.py; a widget that is not a `Widget` would have to write it again."""
+    base = ast.parse((WIDGETS / "common" / "base.py").read_text())
+    assert any(isinstance(n, ast.ClassDef) and n.name == "Widget" for n in base.body)
+    for folder in widget_folders():
+        registered = [n for n in ast.parse((folder / "widget.py").read_text()).body if isinstance(n, ast.ClassDef)
+                      and any(getattr(d.func if isinstance(d, ast.Call) else d, "id", None) == "register"
+                              for d in n.decorator_list)]
+        assert len(registered) == 1, f"{folder.name}/widget.py registers {len(registered)} classes"
+        bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in registered[0].bases]
+        assert bases == ["Widget"], f"{folder.name}: {registered[0].name}({', '.join(bases)}) is not a Widget"
+
+
+# Copies the toolkit replaced, one pattern each: a widget folder spelling one again would start a second
+# version of it to keep in step (the base's say(), on_page_close() and run_button(), sandboxes.release(),
+# cache.cached()).
+COPIES = {
+    "_notes_html": "its own notes writer (Widget.say)",
+    "session_context": "its own page-end guard (Widget.on_page_close, gate.in_session)",
+    '"Stop"': "its own Run/Stop toggle (Widget.run_button)",
+    ".free()": "its own sandbox lifetime (sandboxes.page_sandbox / release, with the leak check)",
+    "id(llm)": "a cache keyed by id(llm), which can hand back another object's data (cache.cached)",
+}
+
+
+def test_widget_folders_leave_the_shared_pieces_to_the_toolkit():
+    found = [f"{path.relative_to(ROOT)}:{n}: {why}"
+             for folder in widget_folders() for path in folder.rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             for pattern, why in COPIES.items() if pattern in line]
+    assert not found, "\n".join(found)
+
+
+# -- the top level ----------------------------------------------------------------------------------------
+# kernels -> engine -> widgets -> app: a package imports only the ones before it. widgets/ reaches the engine
+# through its public face alone (`from engine import ...`); app/ may also mount engine.serve's routes.
+TOP = ["kernels", "engine", "widgets", "app"]
+
+
+def modules_named(path: Path) -> set[str]:
+    """The absolute module names an `import` or `from ... import` in `path` spells (relative ones skipped)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return found
+
+
+def test_the_top_level_packages_import_only_down_and_widgets_use_the_engines_public_face():
+    problems = []
+    for floor, package in enumerate(TOP):
+        for path in (ROOT / package).rglob("*.py"):
+            problems += [f"{path.relative_to(ROOT)} imports {above}/, above {package}/"
+                         for above in TOP[floor + 1:] if imports_of(path, above)]
+            if package == "widgets":
+                problems += [f"{path.relative_to(ROOT)} imports {m}: widgets use `from engine import ...`"
+                             for m in sorted(modules_named(path)) if m.startswith("engine.")]
+    assert not problems, "\n".join(problems)
