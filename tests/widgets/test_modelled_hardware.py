@@ -1,4 +1,4 @@
-"""The modelled hardware arithmetic (widgets/common/hardware.py): the roofline's corner, the decode step,
+"""The modelled hardware arithmetic (widgets/modelled/hardware.py): the roofline's corner, the decode step,
 KV bytes and the memory budget, checked against their definitions and the engine's own formula."""
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import math
 
 import pytest
 
-pytest.importorskip("panel")           # widgets/common/__init__ loads the toolkit, which needs Panel
-
-from widgets.modelled.hardware import (GPUS, MODELS, decode_step, kv_bytes, kv_bytes_per_token, kv_cache_budget,  # noqa: E402
+from widgets.modelled.hardware import (GPUS, MODELS, decode_step, kv_bytes, kv_bytes_per_token, kv_cache_budget,
                                      max_cached_tokens, num_parameters, ridge_batch, ridge_intensity,
                                      weight_bytes)
 
