@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parent.parent
 CONTENT_DIR = ROOT / "content"
 
-# The four parts of the book (content_format.md). Chapter numbers are fixed by file name.
+# The four parts of the book; a chapter names its own in its front matter (`part: 2`). Chapter numbers
+# are fixed by file name.
 PARTS: dict[int, str] = {
     1: "Foundations",
     2: "How serving actually works",
@@ -63,7 +64,7 @@ def split_front_matter(text: str) -> tuple[dict, str]:
 
 
 def default_part(number: int) -> int:
-    # Fallback when a writer leaves out `part:`: the fixed ranges of content_format.md.
+    # Fallback when a writer leaves out `part:`: chapters 1-10, 11-14, 15-18 and 19-21.
     return 1 if number <= 10 else 2 if number <= 14 else 3 if number <= 18 else 4
 
 

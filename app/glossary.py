@@ -1,7 +1,7 @@
 """The glossary: terms, aliases and definitions from ``content/glossary.yaml``.
 
-Until the lead merges ``content/glossary-parts/*.yaml`` into ``content/glossary.yaml``, the parts
-are read instead, so the writers' terms resolve while they are still being written.
+Where ``content/glossary.yaml`` is absent, the files of ``content/glossary-parts/*.yaml`` are read
+instead (a writer's terms kept in a part of their own resolve before they are merged into the one file).
 """
 from __future__ import annotations
 
