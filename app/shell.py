@@ -36,12 +36,17 @@ def pygments_css(dark: bool) -> str:
 
 
 def stylesheets(dark: bool) -> list[str]:
+    """The app's own panes' CSS: app.css and the code colours (a widget's panes take
+    widgets.common.theme.stylesheets, which adds widgets.css)."""
     sheets = [static_url("app.css"), pygments_css(dark)]
     return sheets + [DARK_OVERRIDES] if dark else sheets
 
 
 def html_pane(markup: str, dark: bool, css_classes: list[str] | None = None, math: bool = False,
               **kw) -> pn.pane.HTML:
+    """A pane of the app's own trusted HTML (prose, cover, pager); ``math=True`` typesets a chapter's
+    $…$. Widgets use widgets.common.theme.html_pane instead: it never typesets (a reader's ``$`` stays a
+    dollar sign) and its theme is read from the page, so ``dark`` is optional and comes after the classes."""
     return pn.pane.HTML(markup, stylesheets=stylesheets(dark), disable_math=not math,
                         css_classes=css_classes or [], sizing_mode="stretch_width", margin=(0, 0), **kw)
 
