@@ -82,7 +82,13 @@ def cover_parts(entries: list[TocEntry], links: Links) -> tuple[str, str]:
     """The cover's introduction (title, pitch, start) and its contents list."""
     total = sum(e.minutes or 0 for e in entries)
     written = sum(1 for e in entries if e.available)
-    reading = f"about {total} minutes of reading · {len(entries)} sections"
+    # The minutes time the prose alone (words at 250 a minute); the widgets and questions take however long a
+    # reader gives them, so the line counts them instead of inventing a figure for them.
+    widgets, questions = sum(e.widgets for e in entries), sum(e.questions for e in entries)
+    extras = " and ".join(f"{n} {name}{'' if n == 1 else 's'}"
+                          for n, name in ((widgets, "widget"), (questions, "question")) if n)
+    reading = (f"about {total} minutes of reading" + (f", plus your time with {extras}" if extras else "")
+               + f" · {len(entries)} sections")
     if written < len(entries):
         reading += f" ({written} written so far)"
     first = next((e for e in entries if e.available), None)
@@ -119,7 +125,7 @@ def chapter_head_html(ch: Chapter) -> str:
     return (
         '<div class="prose chapter-head">'
         f'<p class="eyebrow">Section {ch.number:02d} · {esc(PARTS.get(ch.part, ""))} · '
-        f'{_minutes(ch.minutes)} read</p>'
+        f'{_minutes(ch.minutes)} of reading</p>'
         f'<h1 id="main-content">{esc(ch.title)}</h1>'
         + (f'<p class="subtitle">{esc(ch.subtitle)}</p>' if ch.subtitle else "")
         + "</div>"

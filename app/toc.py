@@ -8,6 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.content import PARTS, Chapter, default_part
+from app.render import DIRECTIVE_RE
+
+# A chapter's "Check yourself" questions each hide their answer behind this summary.
+QUESTION_MARK = "<summary>Show answer</summary>"
 
 
 @dataclass(slots=True, frozen=True)
@@ -19,6 +23,15 @@ class TocEntry:
     part: int
     minutes: int | None        # None until the chapter file exists
     available: bool            # a chapter file exists, so the entry is a link
+    widgets: int = 0           # widget directives in the chapter: time the minutes do not count
+    questions: int = 0         # "Check yourself" questions: likewise
+
+
+def _extras(c: Chapter) -> tuple[int, int]:
+    """How many widgets and questions a chapter holds. Its minutes are the prose's alone (the reading-time
+    test counts words at 250 a minute), so the cover names these beside them instead of guessing a time."""
+    widgets = sum(1 for line in c.body.splitlines() if DIRECTIVE_RE.match(line.strip()))
+    return widgets, c.body.count(QUESTION_MARK)
 
 
 _DEFAULTS: list[tuple[str, str, str]] = [
@@ -56,9 +69,10 @@ def table_of_contents(chapters: list[Chapter]) -> list[TocEntry]:
         if c is None:
             entries.append(TocEntry(number, slug, title, subtitle, default_part(number), None, False))
         else:
-            entries.append(TocEntry(c.number, c.slug, c.title, c.subtitle or subtitle, c.part, c.minutes, True))
+            entries.append(TocEntry(c.number, c.slug, c.title, c.subtitle or subtitle, c.part, c.minutes, True,
+                                    *_extras(c)))
     for c in by_slug.values():
-        entries.append(TocEntry(c.number, c.slug, c.title, c.subtitle, c.part, c.minutes, True))
+        entries.append(TocEntry(c.number, c.slug, c.title, c.subtitle, c.part, c.minutes, True, *_extras(c)))
     return sorted(entries, key=lambda e: (e.number, e.slug))
 
 

@@ -38,17 +38,21 @@ def parallel_config(config: EngineConfig) -> ParallelConfig:
 
 
 def parallel_engine(model: Llama, build, config: EngineConfig, device: torch.device, dtype: torch.dtype,
-                    tokenizer=None, threads: int | None = None) -> LLMEngine:
+                    tokenizer=None, threads: int | None = None, graphs: str | None = "auto") -> LLMEngine:
     """An LLMEngine whose steps run on tensor_parallel_size x pipeline_parallel_size processes.
 
     This process is rank 0 (scheduler, output processor, and its own shard); `model` is the whole
-    model on the CPU, cut down to rank 0's shard in place; `build()` gives each worker the same whole
-    model (a picklable function: the workers are spawned). Close it with engine.close()."""
+    model (on the CPU, or random weights drawn on this rank's GPU), cut down to rank 0's shard in
+    place; `build()` gives each worker the same whole model (a picklable function: the workers are
+    spawned). graphs: "auto" = decode CUDA graphs on GPUs unless config.enforce_eager, eager on the
+    CPU; "stand-in" = the CPU stand-in (tests). Close it with engine.close()."""
     pc = parallel_config(config)
     check_parallel(model.config, pc)
     if device.type == "cuda" and config.num_kv_blocks is None and config.kv_cache_bytes is None:
         config = replace(config, kv_cache_bytes=GPU_KV_BYTES)
-    executor = DistributedExecutor(model, build, pc, device.type, dtype, threads)
+    if graphs == "auto":
+        graphs = "cuda" if device.type == "cuda" and not config.enforce_eager else None
+    executor = DistributedExecutor(model, build, pc, device.type, dtype, threads, config, graphs)
     try:
         return LLMEngine(executor.model, config, tokenizer, runner_factory=executor.allocate)
     except BaseException:

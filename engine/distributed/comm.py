@@ -17,6 +17,11 @@ calls, bytes (the size of the tensor this rank put in, not the ring's traffic: c
 rank; a recv's includes waiting for the previous stage to finish computing. On a GPU the times come
 from CUDA events around each call (the operation's own duration, not its launch), turned into host
 time once the step has synchronised; on the CPU they are the wall time of the blocking call.
+
+Inside a CUDA graph (a decode step replayed, pipeline.py) an all-reduce is a node of the graph: it is
+captured once, then replayed without Python. Under `comm.in_graph()` all_reduce only issues the call
+and tallies its bytes; the runner adds the graph's tally to every step that replays it (calls and
+bytes, `in_graph`, no seconds), and `probe_all_reduce` times the same collectives replayed alone.
 """
 from __future__ import annotations
 
@@ -73,10 +78,13 @@ class Comm:
         self._control = CommCounts()
         self._intervals: list[tuple[int, object, object]] = []
         self._sends: list[tuple[object, torch.Tensor]] = []
+        self._replayed = CommCounts()                  # all-reduces replayed inside graphs this step
+        self._graph_tally: list[int] | None = None     # bytes of each all-reduce issued in_graph()
 
     # -- the step's record ---------------------------------------------------------------------
     def start_step(self) -> None:
         self._pending, self._intervals, self._control = [], [], CommCounts()
+        self._replayed = CommCounts()
         self.clock.start_step()
 
     def take_step(self) -> RankStep:
@@ -88,6 +96,8 @@ class Comm:
             c.calls, c.bytes = c.calls + 1, c.bytes + nbytes
             c.seconds += self.clock.resolve(t1) - self.clock.resolve(t0)
         step.comm["control"].add(self._control)
+        step.comm["all_reduce"].add(self._replayed)
+        self._replayed = CommCounts()
         step.intervals = [Interval(mb, self.clock.resolve(a), self.clock.resolve(b)) for mb, a, b in self._intervals]
         self._pending, self._intervals = [], []
         return step
@@ -99,10 +109,51 @@ class Comm:
     # -- activations ---------------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum x over this rank's tensor-parallel group, in place; every rank gets the total."""
+        if self._graph_tally is not None:         # being captured (or its CPU stand-in replayed): no events
+            dist.all_reduce(x, group=self.tp_group)
+            self._graph_tally.append(x.numel() * x.element_size())
+            return x
         t0 = self.clock.mark()
         dist.all_reduce(x, group=self.tp_group)
         self._pending.append(("all_reduce", x.numel() * x.element_size(), t0, self.clock.mark()))
         return x
+
+    def in_graph(self):
+        """`with comm.in_graph() as tally:` the all-reduces issued inside are tallied (bytes each), untimed."""
+        return _GraphTally(self)
+
+    def count_graph(self, tally: list[int]) -> None:
+        """A replay of a graph that captured these all-reduces: counted for this step, not timed."""
+        c = self._replayed
+        c.calls, c.bytes, c.in_graph = c.calls + len(tally), c.bytes + sum(tally), c.in_graph + len(tally)
+
+    def probe_all_reduce(self, rows: int, hidden: int, dtype: torch.dtype, calls: int, repeats: int = 20) -> float:
+        """Seconds for `calls` all-reduces of [rows, hidden] back to back, as a decode graph replays
+        them (captured in a CUDA graph of their own on a GPU; a plain loop on the CPU): the time the
+        graph's collectives take, measured apart. Every rank of the group must call it together."""
+        x = torch.zeros(rows, hidden, dtype=dtype, device=self.device)     # zeros: sums stay finite
+
+        def burst():
+            for _ in range(calls):
+                dist.all_reduce(x, group=self.tp_group)
+        burst()                                    # warm: the communicator and its buffers exist
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                burst()
+            graph.replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(repeats):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3 / repeats
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            burst()
+        return (time.perf_counter() - t0) / repeats
 
     def isend(self, x: torch.Tensor, dst: int) -> None:
         """Hand x to rank dst without waiting, so this stage can start its next micro-batch; x is kept
@@ -173,4 +224,17 @@ class _Bracket:
 
     def __exit__(self, *exc):
         self.comm._intervals.append((self.micro_batch, self.t0, self.comm.clock.mark()))
+        return False
+
+
+class _GraphTally:
+    def __init__(self, comm: Comm):
+        self.comm = comm
+
+    def __enter__(self) -> list[int]:
+        self.comm._graph_tally = []
+        return self.comm._graph_tally
+
+    def __exit__(self, *exc):
+        self.comm._graph_tally = None
         return False

@@ -32,7 +32,7 @@ from ..model.llama import Llama
 from .parallel_config import ParallelConfig, check_parallel
 from .process_group import STARTUP_TIMEOUT, announce, backend_for, connect, leave, master_store, workers_alive
 from .stats import ParallelStep
-from .worker import KVRequest, WorkerSpec, make_runner, worker_main
+from .worker import KVRequest, Probe, WorkerSpec, make_runner, worker_main
 from .shard import build_shard
 
 
@@ -83,16 +83,19 @@ def _claim_the_process_group() -> None:
 
 class DistributedExecutor:
     def __init__(self, model: Llama, build, pc: ParallelConfig, device_type: str, dtype: torch.dtype,
-                 threads: int | None = None):
-        """model: the whole model on the CPU (rank 0 cuts its own shard from it), handed to the workers in
-        shared memory; build: a picklable function that gives each worker the same whole model, used
-        where shared memory has no room for it."""
+                 threads: int | None = None, config=None, graphs: str | None = None):
+        """model: the whole model (rank 0 cuts its own shard from it), handed to the workers in shared
+        memory when it is on the CPU; build: a picklable function that gives each worker the same whole
+        model, used where shared memory has no room for it, or when the model was built on a GPU (random
+        weights drawn on each rank's device: the same seed, the same numbers). config: the EngineConfig
+        (input buffer and graph sizes); graphs: "cuda", "stand-in" or None (ShardRunner)."""
         check_parallel(model.config, pc)
         if device_type == "cuda" and pc.world_size > torch.cuda.device_count():
             raise ValueError(f"{pc.describe()} needs {pc.world_size} GPUs (one per rank); "
                              f"this machine has {torch.cuda.device_count()}")
         _claim_the_process_group()
         self.pc, self.dtype, self.full_config = pc, dtype, model.config
+        self.config, self.graphs = config, graphs
         self.error: str | None = None
         self.comm, self.runner, self.kv_cache, self._closed = None, None, None, False
         self._closing = False
@@ -100,7 +103,8 @@ class DistributedExecutor:
         self.owner = threading.current_thread().name
         _LIVE.add(self)
         self.store = master_store(pc.world_size)
-        whole = SharedModel(model) if SharedModel.fits(model) else build
+        on_cpu = model.embed.weight.device.type == "cpu"
+        whole = SharedModel(model) if on_cpu and SharedModel.fits(model) else build
         spec = WorkerSpec(whole, pc, self.store.port, device_type, dtype,
                           threads or max(1, (os.cpu_count() or 1) // pc.world_size), os.getpid())
         ctx = mp.get_context("spawn")
@@ -145,7 +149,13 @@ class DistributedExecutor:
 
     def allocate(self, num_blocks: int, num_swap_blocks: int, block_size: int) -> "DistributedExecutor":
         """Every rank builds its part of a KV cache of num_blocks blocks; returns self, the engine's runner."""
-        request = KVRequest(num_blocks, block_size, num_swap_blocks)
+        c = self.config
+        if c is None:
+            request = KVRequest(num_blocks, block_size, num_swap_blocks)
+        else:       # max_model_len as LLMEngine's plan makes it (memory.plan_kv_cache): what the cache holds
+            max_len = min(c.max_model_len or self.full_config.max_position_embeddings, num_blocks * block_size)
+            request = KVRequest(num_blocks, block_size, num_swap_blocks, c.max_num_batched_tokens, c.max_num_seqs,
+                                max_len, self.graphs)
         try:
             self.comm.broadcast_object(request)
             self.runner = make_runner(self.model, self.full_config, self.pc, 0, self.comm, self.layers, request, self.dtype)
@@ -156,6 +166,18 @@ class DistributedExecutor:
             self._fail(e)
         self.kv_cache = self.runner.kv_cache
         return self
+
+    def probe_all_reduce(self, rows: int, calls: int) -> list[float]:
+        """Every rank times `calls` all-reduces of [rows, hidden] replayed alone (what a decode graph
+        of that batch size issues); seconds per burst, by rank."""
+        try:
+            probe = Probe(rows, calls)
+            self.comm.broadcast_object(probe)
+            seconds = [self.comm.probe_all_reduce(rows, self.full_config.hidden_size, self.dtype, calls)]
+            seconds += [self.comm.recv_object(r) for r in self.procs]
+        except BaseException as e:
+            self._fail(e)
+        return seconds
 
     # -- one step ------------------------------------------------------------------------------
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput:

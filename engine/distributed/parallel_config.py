@@ -8,17 +8,21 @@
 Rank 0 runs the scheduler; it is tensor-parallel rank 0 of the first stage. The ranks of one stage
 hold the same layers, each a slice of every matrix; consecutive stages hold consecutive layers.
 
-Which tensor-parallel sizes work is decided by the attention heads. Each rank must get whole query
-heads (t divides num_heads), and its query heads must all read the same KV heads:
+Any tensor-parallel size t that divides the query heads works: each rank gets num_heads / t whole
+query heads, and holds the KV heads they read. Where a rank's query heads would straddle KV groups
+unevenly, it holds copies of KV heads so that its own heads group evenly (as vLLM's QKVParallelLinear
+replicates KV heads when t exceeds them):
 
-    t divides num_kv_heads        each rank holds num_kv_heads / t KV heads        (SmolLM2: t = 1, 3)
-    num_kv_heads divides t        each KV head is copied to t / num_kv_heads ranks (SmolLM2: t = 9)
+    t divides num_kv_heads        each rank holds num_kv_heads / t KV heads      (Llama-3-8B, 8 KV: t = 2, 4, 8)
+    num_kv_heads divides t        each KV head is copied to t / num_kv_heads ranks (SmolLM2, 3 KV: t = 9)
+    neither (12 q, 4 KV, t = 6)   rank 1's query heads 2, 3 read KV heads 0 and 1: it holds both
 
 The MLP's inner features need not divide evenly (1,536 / 9 is not whole): ranks get 171 or 170 of
 them, and the row-parallel sum is exact either way.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..config import ModelConfig
@@ -75,9 +79,8 @@ class ParallelConfig:
 
 
 def tensor_parallel_sizes(cfg: ModelConfig) -> list[int]:
-    """Every size that splits the heads: whole query heads per rank, one KV group per rank."""
-    return [t for t in range(1, cfg.num_heads + 1) if cfg.num_heads % t == 0
-            and (cfg.num_kv_heads % t == 0 or t % cfg.num_kv_heads == 0)]
+    """Every size that gives each rank whole query heads (KV heads are copied where needed)."""
+    return [t for t in range(1, cfg.num_heads + 1) if cfg.num_heads % t == 0]
 
 
 def check_parallel(cfg: ModelConfig, pc: ParallelConfig) -> None:
@@ -117,9 +120,10 @@ def even_slices(n: int, parts: int) -> list[slice]:
 
 @dataclass(frozen=True, slots=True)
 class HeadShard:
-    """One tensor-parallel rank's heads: query heads q, KV heads kv (global indices)."""
+    """One tensor-parallel rank's heads: query heads q and the KV heads it holds, kv (global indices;
+    a KV head may appear twice: local query head j reads local KV head j // (len(q) // len(kv)))."""
     q: range
-    kv: range
+    kv: tuple[int, ...]
 
     @property
     def num_heads(self) -> int:
@@ -131,11 +135,14 @@ class HeadShard:
 
 
 def head_shard(cfg: ModelConfig, tp: int, tp_rank: int) -> HeadShard:
+    """Rank tp_rank's query heads, and the fewest KV heads (copies included) under which they group
+    evenly: split its query heads into runs by the KV head they read; the local group is the greatest
+    common divisor of the run lengths, and each local group keeps the KV head its heads read."""
     h, kv = cfg.num_heads, cfg.num_kv_heads
+    if h % tp:
+        raise ValueError(f"tensor-parallel size {tp} does not divide {h} query heads")
     q = range(tp_rank * h // tp, (tp_rank + 1) * h // tp)
-    if kv % tp == 0:
-        kv_heads = range(tp_rank * kv // tp, (tp_rank + 1) * kv // tp)
-    else:                                     # more ranks than KV heads: each rank keeps its group's one
-        first = q.start // (h // kv)
-        kv_heads = range(first, first + 1)
-    return HeadShard(q, kv_heads)
+    reads = [j // (h // kv) for j in q]                 # the KV head each of my query heads reads
+    runs = [reads.count(k) for k in dict.fromkeys(reads)]
+    group = math.gcd(*runs)
+    return HeadShard(q, tuple(reads[::group]))

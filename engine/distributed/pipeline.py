@@ -15,6 +15,15 @@ hidden rows that need logits and samples once every micro-batch is through.
 
 A step waits for its samples before the scheduler can plan the next one, so here stages overlap only
 inside a step; vLLM keeps p batches in flight ("virtual engines") to overlap across steps too.
+
+CUDA graphs, as in the one-GPU runner (worker/cuda_graphs.py): a micro-batch of decode rows replays
+this rank's captured graph of its layers, the tensor-parallel all-reduces inside it (NCCL calls are
+captured like kernels). A stage's hand-offs stay outside: recv into a fixed input buffer, replay,
+send a copy of the output. Every rank captures the same sizes in the same order, and after each
+capture all ranks agree (a gloo all-reduce of ok/failed), so a failure anywhere leaves every rank
+eager instead of one rank waiting on collectives the others never issue. On the CPU (gloo) the
+runner stays eager; GraphStandIn replays by running the forward again, so CPU tests cover the
+graphs' bookkeeping.
 """
 from __future__ import annotations
 
@@ -23,8 +32,13 @@ from dataclasses import replace
 
 import torch
 
+import torch.distributed as dist
+
 from ..core.records import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from ..model.attention import AttentionMetadata
+from ..worker.cuda_graphs import CudaGraph, DecodeGraphs, graph_batch_sizes
 from ..worker.model_runner import ModelRunner
+from ..worker.step_buffer import layout
 from .parallel_config import ParallelConfig
 
 
@@ -64,12 +78,29 @@ def split_micro_batches(scheduled: list[ScheduledRequest], n: int) -> list[list[
     return batches
 
 
+class GraphStandIn:
+    """CudaGraph's stand-in on the CPU: "replay" runs the captured function again (the same calls,
+    tallied in_graph the same way), so the graph bookkeeping is tested without a GPU."""
+
+    def __init__(self, run, pool):
+        self.run = run
+        self.output = run()
+
+    def replay(self) -> torch.Tensor:
+        self.output = self.run()
+        return self.output
+
+
 class ShardRunner(ModelRunner):
     """A ModelRunner over one rank's shard. Tensor-parallel all-reduces happen inside the model (its
-    row-parallel layers); pipeline hand-offs happen here, between micro-batches."""
+    row-parallel layers); pipeline hand-offs happen here, between micro-batches.
 
-    def __init__(self, model, kv_cache, pc: ParallelConfig, rank: int, comm, layers: range):
-        super().__init__(model, kv_cache)
+    graphs: "cuda" (capture decode graphs), "stand-in" (GraphStandIn, for CPU tests) or None (eager)."""
+
+    def __init__(self, model, kv_cache, pc: ParallelConfig, rank: int, comm, layers: range,
+                 max_num_tokens: int = 2048, max_num_seqs: int = 64, max_model_len: int | None = None,
+                 graphs: str | None = None):
+        super().__init__(model, kv_cache, max_num_tokens, max_num_seqs, max_model_len)
         self.pc, self.comm, self.layers = pc, comm, layers
         stage, tp_rank = pc.coords(rank)
         self.prev = pc.rank(stage - 1, tp_rank) if stage > 0 else None
@@ -77,6 +108,69 @@ class ShardRunner(ModelRunner):
         self.samples = rank == pc.sampling_rank
         self.hidden_size, self.dtype = model.config.hidden_size, model.embed.weight.dtype
         self.micro_batch_tokens: list[int] = []
+        self.graph_tally: dict[int, list[int]] = {}       # batch size -> bytes of each all-reduce in its graph
+        self.graph_batches = self.graph_rows = 0          # micro-batches replayed this step, their padded rows
+        if graphs is not None:
+            # a later stage's graph reads the previous stage's hidden state from one fixed buffer
+            self.hidden_in = torch.zeros(max_num_seqs, self.hidden_size, dtype=self.dtype, device=self.device)
+            self.capture_stage_graphs(graph_batch_sizes(max_num_seqs), CudaGraph if graphs == "cuda" else GraphStandIn)
+
+    # -- CUDA graphs of this rank's layers -------------------------------------------------------
+    @torch.inference_mode()
+    def capture_stage_graphs(self, sizes: list[int], capture) -> bool:
+        def agreed_capture(run, pool):
+            size = self._capturing
+            try:
+                with self.comm.in_graph() as tally:
+                    graph, error = capture(run, pool), None
+                self.graph_tally[size] = tally
+            except Exception as e:  # noqa: BLE001 - reported below, after every rank has said how it went
+                graph, error = None, e
+            ok = torch.tensor([0 if error else 1], dtype=torch.int32)
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=self.comm.control_group)
+            if error is not None:
+                raise error
+            if not ok.item():
+                raise RuntimeError("another rank could not capture this size")
+            return graph
+
+        def forward(size: int) -> torch.Tensor:
+            self._capturing = size
+            return self._stage_forward(size)
+        self.graphs = DecodeGraphs(forward, lambda size: self.prepare_inputs(SchedulerOutput(), pad_to=size),
+                                   sizes, lambda size: None, agreed_capture)
+        self._graph_generation = self.buffer.generation
+        if not self.graphs.capture_all():
+            self.graphs, self.graph_tally = None, {}
+        return self.graphs is not None
+
+    def _stage_forward(self, size: int) -> torch.Tensor:
+        """This rank's layers over a decode batch of `size`, reading the step buffer's fixed addresses
+        (and, after the first stage, hidden_in); the hidden state out, never logits (see execute)."""
+        offsets, _ = layout(dict(input_ids=size, positions=size, slot_mapping=size, seq_lens=size,
+                                 query_start_loc=size + 1, block_tables=size * self.max_blocks_per_seq))
+        v = self.buffer.views(offsets)
+        meta = AttentionMetadata(v["slot_mapping"], v["block_tables"].view(size, self.max_blocks_per_seq),
+                                 v["seq_lens"], v["query_start_loc"])
+        hidden = self.hidden_in[:size] if self.prev is not None else None
+        return self.model(v["input_ids"], v["positions"], self.attn.bind(meta), hidden=hidden, layers=self.layers)
+
+    def _graph_size(self, batch: list[ScheduledRequest]) -> int | None:
+        """The captured size this micro-batch replays (decode rows only), or None: eager."""
+        if self.graphs is None or self.buffer.generation != self._graph_generation:
+            return None
+        if not all(r.num_tokens == 1 and r.sample and not r.draft_token_ids for r in batch):
+            return None
+        return self.graphs.size_for(len(batch))
+
+    def _replay(self, size: int, hidden: torch.Tensor | None) -> torch.Tensor:
+        if hidden is not None:
+            self.hidden_in[:hidden.shape[0]].copy_(hidden)
+        with self.comm.in_graph():            # a stand-in replay re-issues the calls: not counted twice
+            out = self.graphs.replay(size)
+        self.comm.count_graph(self.graph_tally[size])
+        self.graph_batches, self.graph_rows = self.graph_batches + 1, self.graph_rows + size
+        return out.clone()                   # the next replay overwrites it; a send may still read it
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> ModelRunnerOutput | None:
@@ -89,15 +183,20 @@ class ShardRunner(ModelRunner):
         batches = split_micro_batches(out.scheduled, self.pc.num_micro_batches) if out.scheduled else []
         self.micro_batch_tokens = [sum(r.num_tokens + len(r.draft_token_ids) for r in b) for b in batches]
         t0 = time.perf_counter()
-        rows = []
+        rows, self.graph_batches, self.graph_rows = [], 0, 0
         for i, batch in enumerate(batches):
-            inputs = self.prepare_inputs(SchedulerOutput(scheduled=batch), draw=False)
+            size = self._graph_size(batch)
+            inputs = self.prepare_inputs(SchedulerOutput(scheduled=batch), pad_to=size, draw=False)
+            tokens = sum(r.num_tokens + len(r.draft_token_ids) for r in batch)   # the real rows: no padding sent
             hidden = None
             if self.prev is not None:
-                hidden = self.comm.recv((inputs.input_ids.numel(), self.hidden_size), self.dtype, self.device, self.prev)
+                hidden = self.comm.recv((tokens, self.hidden_size), self.dtype, self.device, self.prev)
             with self.comm.compute(i):
-                hidden = self.model(inputs.input_ids, inputs.positions, self.attn.bind(inputs.meta),
-                                    hidden=hidden, layers=self.layers)
+                if size is not None:
+                    hidden = self._replay(size, hidden)[:tokens]
+                else:
+                    hidden = self.model(inputs.input_ids, inputs.positions, self.attn.bind(inputs.meta),
+                                        hidden=hidden, layers=self.layers)
             if self.next is not None:
                 self.comm.isend(hidden, self.next)
             elif self.samples and inputs.logits_indices.numel():
@@ -106,12 +205,13 @@ class ShardRunner(ModelRunner):
         t1 = time.perf_counter()
         if not self.samples:
             return None
+        graph_rows = self.graph_rows if self.graph_batches == len(batches) else 0    # every micro-batch replayed
         if not rows:
-            return ModelRunnerOutput(forward_s=t1 - t0)
+            return ModelRunnerOutput(forward_s=t1 - t0, cuda_graph_batch=graph_rows)
         logits = self.model.compute_logits(torch.cat(rows))   # rows follow the sampling requests in order
         # The whole step's draws (the same rows, in the same order), each seeded generator advanced once
         whole = self.prepare_inputs(out)
-        result = ModelRunnerOutput(forward_s=t1 - t0)
+        result = ModelRunnerOutput(forward_s=t1 - t0, cuda_graph_batch=graph_rows)
         self.sample(out, whole, logits, result)
         result.sample_s = time.perf_counter() - t1
         return result

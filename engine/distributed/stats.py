@@ -19,12 +19,16 @@ KINDS = ("all_reduce", "send", "recv", "control")
 class CommCounts:
     calls: int = 0
     bytes: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0     # timed calls only
+    in_graph: int = 0        # of `calls`, those replayed inside a CUDA graph: counted, not timed (no
+    #                          event can be read between two kernels of one graph; `bench parallel`
+    #                          times the same collectives replayed alone instead)
 
     def add(self, other: "CommCounts") -> None:
         self.calls += other.calls
         self.bytes += other.bytes
         self.seconds += other.seconds
+        self.in_graph += other.in_graph
 
 
 @dataclass(slots=True)

@@ -56,8 +56,13 @@ class RowParallelLinear(nn.Module):
         return partial if self.comm is None else self.comm.all_reduce(partial)
 
 
-def _head_rows(heads: range, head_dim: int) -> slice:
-    return slice(heads.start * head_dim, heads.stop * head_dim)
+def _head_rows(heads, head_dim: int) -> slice | list[int]:
+    """The weight rows of these heads: a slice when they are consecutive, else (KV heads copied or
+    skipped) the row numbers, head by head."""
+    heads = list(heads)
+    if heads == list(range(heads[0], heads[-1] + 1)):
+        return slice(heads[0] * head_dim, (heads[-1] + 1) * head_dim)
+    return [k * head_dim + i for k in heads for i in range(head_dim)]
 
 
 def shard_layer(block: nn.Module, cfg: ModelConfig, tp: int, tp_rank: int, comm) -> None:
@@ -89,7 +94,7 @@ def weight_splits(cfg: ModelConfig, tp: int) -> list[dict]:
     and the chapter. shape is [out, in] as nn.Linear stores it; per_rank lists each rank's slice."""
     heads = [head_shard(cfg, tp, r) for r in range(tp)]
     q = [(h.q.start * cfg.head_dim, h.q.stop * cfg.head_dim) for h in heads]
-    kv = [(h.kv.start * cfg.head_dim, h.kv.stop * cfg.head_dim) for h in heads]
+    kv = [(min(h.kv) * cfg.head_dim, (max(h.kv) + 1) * cfg.head_dim) for h in heads]   # copies: its span
     inner = [(s.start, s.stop) for s in even_slices(cfg.intermediate_size, tp)]
     h, qd, kvd, f = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
     rows = [("wq", "q_proj", (qd, h), "column", q), ("wk", "k_proj", (kvd, h), "column", kv),

@@ -4,6 +4,8 @@
                                                               record = broadcast from rank 0
                                                               None        -> leave
                                                               KVRequest   -> allocate my KV cache
+                                                                 (and capture my decode graphs)
+                                                              Probe       -> time all-reduces alone
                                                               SchedulerOutput -> my share of the step,
                                                                  then (result, counters, error) to rank 0
 
@@ -47,12 +49,25 @@ class KVRequest:
     num_blocks: int
     block_size: int
     num_swap_blocks: int
+    max_num_tokens: int = 2048           # the runner's input buffer, as the one-process runner's
+    max_num_seqs: int = 64               # the largest decode graph
+    max_model_len: int | None = None     # the graphs' block-table width
+    graphs: str | None = None            # "cuda" | "stand-in" | None (eager): ShardRunner
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Rank 0 -> every rank: time `calls` all-reduces of [rows, hidden] replayed alone (Comm.probe_all_reduce);
+    each rank answers with its seconds."""
+    rows: int
+    calls: int
 
 
 def make_runner(model: Llama, full_cfg, pc: ParallelConfig, rank: int, comm, layers: range,
                 kv: KVRequest, dtype: torch.dtype) -> ShardRunner:
     cache = ShardKVCache(full_cfg, pc, rank, kv.num_blocks, kv.block_size, dtype, comm.device, kv.num_swap_blocks)
-    return ShardRunner(model, cache, pc, rank, comm, layers)
+    return ShardRunner(model, cache, pc, rank, comm, layers, kv.max_num_tokens, kv.max_num_seqs, kv.max_model_len,
+                       kv.graphs)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -109,6 +124,9 @@ def serve(rank: int, spec: WorkerSpec, comm, model: Llama, full_cfg, layers: ran
             except Exception as e:
                 error = f"worker rank {rank} could not allocate its KV cache: {type(e).__name__}: {e}"
             comm.send_object(error, 0)
+            continue
+        if isinstance(msg, Probe):
+            comm.send_object(comm.probe_all_reduce(msg.rows, full_cfg.hidden_size, spec.dtype, msg.calls), 0)
             continue
         comm.start_step()
         try:

@@ -26,6 +26,18 @@ def test_cover_lists_every_section_with_subtitle_and_minutes():
         assert part in html
 
 
+def test_cover_reading_time_is_the_prose_and_names_what_it_leaves_out():
+    """The cover's minutes are the chapters' (the prose at 250 words a minute, tests/app/test_chapters.py); the
+    widgets and questions are counted beside them, not folded into an invented figure."""
+    intro, _ = pages.cover_parts(TOC, Links())
+    minutes = sum(c.minutes for c in CHAPTERS)
+    widgets = sum(1 for c in CHAPTERS for line in c.body.splitlines() if line.strip().startswith("::: widget "))
+    questions = sum(c.body.count("<summary>Show answer</summary>") for c in CHAPTERS)
+    assert widgets >= 21 and questions >= 42                    # every chapter has a widget and two questions
+    assert (f"about {minutes} minutes of reading, plus your time with {widgets} widgets and {questions} "
+            "questions") in intro
+
+
 def test_not_found_escapes_and_truncates_what_the_url_said():
     html = pages.not_found_html('<img src=x onerror="alert(1)">' + "a" * 500, Links())
     assert "<img" not in html and "&lt;img" in html

@@ -38,13 +38,15 @@ def test_bench_parallel_prints_json_against_one_process(capsys, one_torch_thread
     import json
 
     from engine.bench.parallel import main
-    assert main(["--tiny", "--threads", "1", "--sizes", "single", "tp=3", "tp=2", "--prompts", "2", "--max-tokens", "3"]) == 0
+    assert main(["--tiny", "--threads", "1", "--sizes", "single", "tp=3", "tp=4", "--prompts", "2", "--max-tokens", "3"]) == 0
     report = json.loads(capsys.readouterr().out)
-    single, tp3, tp2 = report["sizes"]
+    single, tp3, tp4 = report["sizes"]
     assert single["size"] == "single" and "per_step" not in single
     assert tp3["same_tokens_as_single"] and tp3["per_step"]["all_reduce_bytes_equal_tokens_x_hidden_x_bytes"]
     assert tp3["per_step"]["all_reduce_per_rank"]["calls"] == 12 and tp3["vs_single"]["throughput_tokens_per_s"] > 0
-    assert "sizes that work: 1, 3, 6" in tp2["skipped"]
+    decode = tp3["per_step"]["decode"]["all_reduce_per_rank"]      # eager on the CPU: every call timed
+    assert decode["calls"] == 12 and decode["in_graph"] == 0 and 0 < decode["share_of_step"] < 1
+    assert "sizes that work: 1, 2, 3, 6" in tp4["skipped"]          # whole query heads: 6 = 2 x 3
 
 
 @pytest.mark.slow

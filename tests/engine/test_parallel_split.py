@@ -19,6 +19,10 @@ from engine.sampling_params import SamplingParams
 SMOL = ModelConfig()      # SmolLM2-135M's shapes
 # SmolLM2's heads (9 over 3 KV heads), small everything else; 100 inner features do not divide by 9
 SMOLISH = replace(SMOL, num_layers=2, hidden_size=72, head_dim=8, intermediate_size=100, vocab_size=64)
+# 12 query heads over 4 KV heads: at tp = 6 rank 1's two query heads read two KV heads (0 and 1).
+# 12 over 3: at tp = 2 rank 0's six read KV 0 0 0 0 1 1 (runs 4, 2): it holds KV 0 twice, groups of 2
+TWELVE = replace(SMOLISH, hidden_size=96, num_heads=12, num_kv_heads=4)
+TWELVE3 = replace(TWELVE, num_kv_heads=3)
 
 
 def test_smollm2_splits_1_3_and_9():
@@ -49,9 +53,20 @@ def test_nine_ranks_copy_each_kv_head_to_its_group():
     assert [list(head_shard(SMOL, 3, r).kv) for r in range(3)] == [[0], [1], [2]]
 
 
-@pytest.mark.parametrize("tp", [3, 9])
-def test_partial_sums_of_every_rank_add_up_to_the_whole_layer(tp):
+def test_any_size_dividing_the_query_heads_works_with_kv_heads_copied_where_needed():
+    assert tensor_parallel_sizes(TWELVE) == [1, 2, 3, 4, 6, 12]
+    assert [head_shard(TWELVE, 6, r).kv for r in range(6)] == [(0,), (0, 1), (1,), (2,), (2, 3), (3,)]
+    assert [head_shard(TWELVE3, 2, r).kv for r in range(2)] == [(0, 0, 1), (1, 2, 2)]
+    llama8b = replace(TWELVE, num_heads=32, num_kv_heads=8)
+    assert [head_shard(llama8b, 2, r).kv for r in range(2)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert [head_shard(llama8b, 16, r).kv for r in range(16)] == [(r // 2,) for r in range(16)]
+
+
+@pytest.mark.parametrize("cfg,tp", [(SMOLISH, 3), (SMOLISH, 9), (TWELVE, 6), (TWELVE3, 2)],
+                         ids=["9q3kv-tp3", "9q3kv-tp9", "12q4kv-tp6", "12q3kv-tp2"])
+def test_partial_sums_of_every_rank_add_up_to_the_whole_layer(cfg, tp):
     """Each rank's attention and MLP output before the all-reduce; their sum is the unsplit layer's."""
+    SMOLISH = cfg
     torch.manual_seed(0)
     whole = Llama.random(SMOLISH, seed=1)
     x = torch.randn(5, SMOLISH.hidden_size)
@@ -63,7 +78,7 @@ def test_partial_sums_of_every_rank_add_up_to_the_whole_layer(tp):
     for r in range(tp):
         shard = Llama.random(SMOLISH, seed=1).layers[0]
         shard_layer(shard, SMOLISH, tp, r, comm=None)          # no comm: return the partial sum
-        assert shard.attention.num_heads == 9 // tp
+        assert shard.attention.num_heads == cfg.num_heads // tp
         att += shard.attention(0, x, cos, sin, ContiguousKV(1))
         mlp += shard.mlp(x)
     torch.testing.assert_close(att, want_att, rtol=1e-5, atol=1e-6)

@@ -19,3 +19,17 @@ def tiny3() -> Llama:
             if not name.endswith("norm.weight"):
                 p.mul_(10.0)
     return model
+
+
+# 4 query heads over 2 KV heads: at tp = 4 each rank holds one query head and a copy of its KV head
+T4 = ModelConfig(num_layers=4, hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16, intermediate_size=96,
+                 vocab_size=256, max_position_embeddings=512, name="tiny-4q2kv")
+
+
+def tiny4() -> Llama:
+    model = Llama.random(T4, seed=0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not name.endswith("norm.weight"):
+                p.mul_(10.0)
+    return model
