@@ -237,6 +237,17 @@ def main(argv: list[str] | None = None) -> int:
                            "greedy": True, "warm_up": f"the same batch of other prompts, {WARM_TOKENS} tokens, untimed"},
               "torch": torch.__version__, "sizes": []}
     base, threads = {}, torch.get_num_threads()
+
+    def record() -> None:       # after every size: a run cut short still leaves what it measured
+        if not args.record:
+            return
+        from .recorded import save_recorded
+        command = "python -m engine bench parallel " + " ".join(argv if argv is not None else sys.argv[1:])
+        model = {"name": shape.name, "weights": "random" if random_weights else "trained", "dtype": report["dtype"],
+                 "shape": report["shape"]}
+        path = save_recorded(args.record, report["device"], command.strip(), report, software=_machine(device),
+                             date=datetime.date.today().isoformat(), commit=os.environ.get("ENGINE_COMMIT"), model=model)
+        print(f"[bench parallel] recorded {path}", file=sys.stderr)
     for size in sizes:
         split = parse_size(size)
         print(f"[bench parallel] {size} ...", file=sys.stderr, flush=True)
@@ -279,13 +290,6 @@ def main(argv: list[str] | None = None) -> int:
             if not cpu:
                 torch.cuda.empty_cache()
             torch.set_num_threads(threads)
+        record()
     print(json.dumps(report, indent=1))
-    if args.record:
-        from .recorded import save_recorded
-        command = "python -m engine bench parallel " + " ".join(argv if argv is not None else sys.argv[1:])
-        model = {"name": shape.name, "weights": "random" if random_weights else "trained", "dtype": report["dtype"],
-                 "shape": report["shape"]}
-        path = save_recorded(args.record, report["device"], command.strip(), report, software=_machine(device),
-                             date=datetime.date.today().isoformat(), commit=os.environ.get("ENGINE_COMMIT"), model=model)
-        print(f"[bench parallel] recorded {path}", file=sys.stderr)
     return 0
