@@ -10,8 +10,9 @@ the block as the model computed it:
 and, for the logit lens, ``logit_lens(position)``: the final RMSNorm and the LM head applied to the
 stream after each layer. Hooks observe the ordinary forward pass, so what you see is exactly what
 generation computes; a widget reads these records instead of running the model's layers itself.
-Everything is float32 on the CPU: about 1.3 MB a token (a 64-token pass holds ~80 MB, half of it the
-MLP's three [T, 1536] records per layer and the logits).
+Everything is float32 on the CPU: about 1.1 MB a token (a 64-token pass holds ~70 MB, most of it the
+MLP's three [T, 1536] records per layer). The logits ([T, 49152], another 0.2 MB a token and a fifth of
+the pass's arithmetic) are computed the first time they are read: the attention heatmap never reads them.
 The model is shared: the engine loop (and widgets' private engines) may run forward passes on other
 threads while the hooks are in place, so each hook records only on the thread that called inspect().
 """
@@ -43,8 +44,19 @@ class Inspection:
     up: torch.Tensor               # [layers, T, intermediate]: w3 · mlp_in
     mlp_activations: torch.Tensor  # [layers, T, intermediate]: silu(gate) * up, the input of w2
     mlp_out: torch.Tensor          # [layers, T, hidden]: w2 · mlp_activations, what the MLP adds (h + it = next x)
-    logits: torch.Tensor           # [T, vocab]: row i predicts token i + 1
     _model: Llama = field(repr=False, compare=False)  # for logit_lens: the final norm and the LM head
+    _logits: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """[T, vocab]: row i predicts token i + 1 (the final RMSNorm and the LM head on the last hidden
+        state, exactly as the forward pass computes them; once, on first read)."""
+        if self._logits is None:
+            with torch.inference_mode():
+                w = self._model.embed.weight
+                out = self._model.norm(self.hidden_states[-1].to(w.device, w.dtype))
+                self._logits = self._model.compute_logits(out).float().cpu()
+        return self._logits
 
     @torch.inference_mode()
     def logit_lens(self, position: int) -> torch.Tensor:
@@ -104,8 +116,7 @@ def inspect(model: Llama, tokenizer: TextTokenizer, text: str, max_tokens: int =
         # dtype, exactly as here).
         hooks.append(block.register_forward_hook(ours(block_out)))
     try:
-        out = model(torch.tensor(ids, device=device), torch.arange(len(ids), device=device), kv)
-        logits = model.compute_logits(out).cpu()
+        model(torch.tensor(ids, device=device), torch.arange(len(ids), device=device), kv)
     finally:
         for h in hooks:
             h.remove()
@@ -116,5 +127,5 @@ def inspect(model: Llama, tokenizer: TextTokenizer, text: str, max_tokens: int =
         q=stack(kv.q), k=stack(kv.k), v=stack(kv.v), attention=stack(kv.probs),
         attention_in=rec["attention_in"], attention_out=rec["attention_out"], mid_states=rec["mid"],
         mlp_in=rec["mlp_in"], gate=rec["gate"], up=rec["up"], mlp_activations=rec["acts"], mlp_out=rec["mlp_out"],
-        logits=logits, _model=model,
+        _model=model,
     )

@@ -267,3 +267,34 @@ def test_card_table_labels_every_cell_for_the_phone_layout():
     assert 'class="pd-scroll w-cards"' in html                     # the container the CSS turns into cards
     empty = card_table(("a", "b"), [], empty="Press Run")
     assert '<td colspan="2" class="placeholder">Press Run</td>' in empty
+
+
+def test_figures_wait_for_the_first_paint_in_boxes_of_their_height(monkeypatch):
+    """defer_figures swaps each fixed-height Bokeh figure (nested too) for a box as tall, and puts the
+    figures back, all of them, in the callback the page's load runs; a figure with no height stays."""
+    import panel as pn
+    from bokeh.plotting import figure
+
+    from widgets.common.base import defer_figures
+    loaded = []
+    monkeypatch.setattr(pn.state, "onload", loaded.append)
+    tall, free = figure(height=270), figure(sizing_mode="stretch_both", height=None)
+    a, b, c = pn.pane.Bokeh(tall, sizing_mode="stretch_width"), pn.pane.Bokeh(figure(height=120)), pn.pane.Bokeh(free)
+    inner = pn.Row(b)
+    layout = pn.Column(pn.pane.HTML("x"), a, pn.FlexBox(inner), c)
+    defer_figures(layout)
+    assert layout[1] is not a and layout[1].height == 270 and "Drawing the chart" in layout[1].object
+    assert inner[0] is not b and inner[0].height == 120
+    assert layout[3] is c and len(loaded) == 1
+    loaded[0]()
+    assert layout[1] is a and inner[0] is b
+
+
+def test_a_layout_with_no_figure_asks_for_no_load_callback(monkeypatch):
+    import panel as pn
+
+    from widgets.common.base import defer_figures
+    loaded = []
+    monkeypatch.setattr(pn.state, "onload", loaded.append)
+    defer_figures(pn.Column(pn.pane.HTML("x")))
+    assert loaded == []

@@ -61,8 +61,10 @@ class AttentionHeatmap(Widget):
             label="Your sentence", value=self._text, max_length=MAX_CHARS, rows=2, auto_grow=True, max_rows=5,
             sizing_mode="stretch_width", css_classes=["ah-input", SENTENCE_SOURCE])
         cfg = _default_config()
-        self._layer = pn.widgets.IntSlider(label="Layer", start=0, end=cfg.num_layers - 1, width=180,
-                                           value=int(self.layer if self.layer is not None else s["layer"]),
+        # The slider names layers 1 to 30, as chapter 8's blocks and the forward-pass widget do (chapter 4 says
+        # so); `layer` and LayerView.layer stay the engine's 0-based index, so the slider shows index + 1.
+        self._layer = pn.widgets.IntSlider(label="Layer", start=1, end=cfg.num_layers, width=180,
+                                           value=int(self.layer if self.layer is not None else s["layer"]) + 1,
                                            css_classes=["ah-layer"])
         self._head = pn.widgets.Select(label="Head", options=_head_options(cfg), width=150, css_classes=["ah-head"],
                                        value=int(self.head if self.head is not None else s["head"]))
@@ -110,11 +112,11 @@ class AttentionHeatmap(Widget):
             return
         self._text = text
         self.say(note)
-        self._update(debounce_ms=80)
+        self._update(debounce_ms=40)       # one pass of ~60 tokens is 0.2-0.4 s here: a longer wait only adds lag
 
     def on_live(self, llm) -> None:
         cfg = llm.config                                # another model may have other shapes
-        self._layer.end = cfg.num_layers - 1
+        self._layer.end = cfg.num_layers
         if len(self._head.options) != cfg.num_heads:
             self._head.param.update(options=_head_options(cfg), value=min(self._head.value, cfg.num_heads - 1))
         self._update()
@@ -122,7 +124,7 @@ class AttentionHeatmap(Widget):
     def _update(self, debounce_ms: int = 0) -> None:
         if not self.gate.live:
             return
-        llm, text, layer = self.gate.llm, self._text, self._layer.value
+        llm, text, layer = self.gate.llm, self._text, self._layer.value - 1     # the slider counts from 1
 
         def work(job):
             ins, note, took = inspection(llm, text)
@@ -158,7 +160,7 @@ class AttentionHeatmap(Widget):
             return
         view = LayerView.from_json(self.example.data[self._setup])
         self._view, self._label, self._row = view, self.example.label, view.num_tokens - 1
-        self._layer.value = view.layer
+        self._layer.value = view.layer + 1
         self._layer.disabled = True                     # the saved example holds one layer
         yours = "" if "".join(view.tokens) == self._text else (
             f'Showing the saved example “{esc("".join(view.tokens))}”; your sentence follows once the model '
@@ -180,7 +182,7 @@ class AttentionHeatmap(Widget):
         self._strip.object = strip_html(view, head, self._row)
         what = ("softmax weights: each row sums to 1" if mode == "probs" else
                 "scaled scores q·k/√d before the softmax (colour scale from the lowest to the highest shown)")
-        self._caption.object = (f'<p class="w-small">{prefix}Layer {view.layer}, head {head} (reads KV '
+        self._caption.object = (f'<p class="w-small">{prefix}Layer {view.layer + 1}, head {head} (reads KV '
                                 f"head {head // view.kv_group}), {T} tokens: {what}. The empty upper triangle "
                                 f"is the causal mask. {label_html(self._label)}</p>")
         if self._grid is not None:

@@ -70,6 +70,38 @@ def style_controls(layout) -> None:
         visit(obj)
 
 
+def defer_figures(layout) -> None:
+    """Send the layout's Bokeh figures after the page's first paint. Building a figure's view in the
+    browser costs tens of milliseconds (a chapter with five of them took 1.2-1.5 s to show its widget's
+    first number); the text, controls and numbers are cheap. Each figure of a fixed height is swapped
+    for a box of the same height (the page does not jump when it arrives) until the browser says the
+    document is loaded (``pn.state.onload``), then all of them come in one message."""
+    waiting: list[tuple[pn.layout.ListLike, int, pn.pane.Bokeh]] = []
+
+    def visit(parent) -> None:
+        for i, child in enumerate(list(getattr(parent, "objects", None) or [])):
+            fig = getattr(child, "object", None) if isinstance(child, pn.pane.Bokeh) else None
+            if fig is not None and getattr(fig, "height", None) and getattr(fig, "visible", True):
+                waiting.append((parent, i, child))
+            elif isinstance(child, pn.layout.ListLike):
+                visit(child)
+    visit(layout)
+    if not waiting:
+        return
+    for parent, i, pane in waiting:
+        parent[i] = pn.pane.HTML('<p class="w-small w-figure-wait">Drawing the chart…</p>',
+                                 height=pane.object.height, margin=pane.margin,
+                                 sizing_mode="stretch_width" if pane.sizing_mode else None,
+                                 width=None if pane.sizing_mode else pane.object.width,
+                                 max_width=pane.max_width, css_classes=["w-figure-wait-pane"])
+
+    def swap() -> None:
+        with pn.io.hold():
+            for parent, i, pane in waiting:
+                parent[i] = pane
+    pn.state.onload(swap)
+
+
 class Widget(pn.viewable.Viewer):
     css: ClassVar[str] = "w"                      # the widget's CSS prefix (assets/widgets.css)
     live_text: ClassVar[str] = "computed by {model} on {device} as you change the inputs"
@@ -101,6 +133,8 @@ class Widget(pn.viewable.Viewer):
             self._controls_styled = True
             self._place_sentence_choice()
             style_controls(self.layout)
+            if in_session():
+                defer_figures(self.layout)
         return self.layout
 
     # -- what a widget overrides ------------------------------------------------------------------
