@@ -137,6 +137,9 @@ class SpeculativeConfig:
     prompt_lookup_max: int = 4          # ngram: longest suffix tried first
     num_layers: int | None = None       # early_exit: how many of the target's layers draft
     model: str | None = None            # draft_model: a GGUF file or Hugging Face folder
+    # The rule for speculating only where it pays (spec_decode/rule.py; None turns a half off):
+    disable_by_batch_size: int | None = 64   # vLLM's name: above this many rows in a step, nobody drafts
+    min_acceptance: float | None = 0.25      # kept / judged drafts under which a request pauses drafting
 
     @classmethod
     def from_dict(cls, d: "dict | SpeculativeConfig") -> "SpeculativeConfig":
@@ -178,6 +181,12 @@ class SpeculativeConfig:
                 bad("num_layers", "must be a positive integer")
         elif self.num_layers is not None:
             bad("num_layers", f"is only for method 'early_exit', not {self.method!r}")
+        b = self.disable_by_batch_size
+        if b is not None and (not isinstance(b, int) or isinstance(b, bool) or b < 1):
+            bad("disable_by_batch_size", "must be a positive integer or None")
+        a = self.min_acceptance
+        if a is not None and (not isinstance(a, (int, float)) or isinstance(a, bool) or not 0.0 <= a <= 1.0):
+            bad("min_acceptance", "must be a number from 0 to 1 or None")
         if self.method == "draft_model":
             if not self.model or not isinstance(self.model, str):
                 bad("model", "is required for method 'draft_model' (a GGUF file or Hugging Face folder)")

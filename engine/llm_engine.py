@@ -88,7 +88,8 @@ class LLMEngine:
         if runner_factory is None:
             self.kv_cache = KVCache(model.config, num_blocks, config.block_size, self.dtype, self.device, num_swap)
             self.runner = ModelRunner(model, self.kv_cache, config.max_num_batched_tokens, config.max_num_seqs,
-                                      self.max_model_len, cuda_graphs=not config.enforce_eager)
+                                      self.max_model_len, cuda_graphs=not config.enforce_eager,
+                                      num_speculative_tokens=spec.num_speculative_tokens if spec else 0)
             # made second: a proposer drafts through this runner's model, KV cache and input preparation
             self.runner.speculator = make_speculator(spec, self.runner, draft_model, num_swap, proposer)
         else:   # tensor/pipeline parallel (engine/distributed): rank 0's executor, which drives every rank

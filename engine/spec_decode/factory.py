@@ -16,6 +16,7 @@ from .draft_model import DraftModelProposer
 from .early_exit import EarlyExitProposer
 from .ngram import NgramProposer
 from .proposer import Proposer
+from .rule import SpeculationRule
 from .speculator import Speculator
 
 
@@ -26,7 +27,7 @@ def make_speculator(spec: SpeculativeConfig | None, runner, draft_model: Llama |
     speculator drafts nothing and only verifies the drafts a record brings."""
     if proposer is None and spec is not None:
         proposer = make_proposer(spec, runner, draft_model, num_swap_blocks)
-    return Speculator(proposer)
+    return Speculator(proposer, SpeculationRule.from_config(spec))
 
 
 def make_proposer(spec: SpeculativeConfig, runner, draft_model: Llama | None = None, num_swap_blocks: int = 0):

@@ -61,6 +61,23 @@ def verify_greedy(target_logits: torch.Tensor, draft_token_ids: list[int]) -> tu
     return draft_token_ids[:accepted] + [target[accepted]], accepted
 
 
+def greedy_accept(target: torch.Tensor, drafts: torch.Tensor, num_drafts: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """verify_greedy for R rows at once, on whichever device holds them (no host read).
+
+        target      [R, K + 1]  the target's argmax at each position
+        drafts      [R, K]      draft ids, padded with anything (-1)
+        num_drafts  [R]         k_r <= K: only the first k_r drafts are judged
+
+    Returns (num_accepted [R], final token [R]): the run of drafts equal to the target's choice, and
+    the target's choice right after that run (the correction, or the bonus when all k_r matched)."""
+    K = drafts.shape[1]
+    judged = torch.arange(K, device=drafts.device)[None, :] < num_drafts[:, None]
+    kept = (drafts == target[:, :K]) & judged
+    num_accepted = kept.long().cumprod(dim=1).sum(dim=1)
+    return num_accepted, target.gather(1, num_accepted[:, None]).squeeze(1)
+
+
 def rejection_sample(p: torch.Tensor, drafts: torch.Tensor, num_drafts: torch.Tensor, q: torch.Tensor | None,
                      u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of R verify rows, padded to K drafts.

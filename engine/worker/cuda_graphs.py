@@ -16,6 +16,10 @@ addresses. So:
 - the Triton attention kernel is launched with a plan chosen from shapes alone (kernels/launch_plan.py:
   split count, tile, warps); with the width fixed, a captured batch size always has the same plan,
   recorded in `plans`, and each replay relaunches exactly it.
+- verify steps of speculative decoding get graphs of their own (`ModelRunner.capture_verify_graphs`):
+  every row is [t, d_1 … d_k] at k + 1 fixed query slots (a row with fewer drafts is padded with
+  slots that write nowhere), so a verify batch of B has B * (k + 1) tokens and a fixed layout too,
+  and the varlen attention kernel finds each row's queries on the device (no host-side shapes).
 - prefill and mixed steps (many tokens per sequence, shapes that change every step) run eagerly.
 
 Capture fails safe: any error while capturing logs one line and the runner stays eager.
@@ -115,10 +119,12 @@ class DecodeGraphs:
 
 
 def decode_plan(batch_size: int, num_heads: int, num_kv_heads: int, max_context: int,
-                device: torch.device) -> "LaunchPlan | None":
-    """The Triton decode plan a batch of this size gets with the fixed block-table width (for the record)."""
+                device: torch.device, queries_per_row: int = 1) -> "LaunchPlan | None":
+    """The Triton plan a batch of this size gets with the fixed block-table width (for the record).
+    A verify graph's rows hold k + 1 queries each: the varlen kernel's plan, fixed by shapes too."""
     if device.type != "cuda":
         return None
     from kernels.launch_plan import plan_launch
     from kernels.triton_attention import _num_sms
-    return plan_launch(batch_size, batch_size, num_heads, num_kv_heads, max_context, _num_sms(device.index or 0))
+    return plan_launch(batch_size * queries_per_row, batch_size, num_heads, num_kv_heads, max_context,
+                       _num_sms(device.index or 0))

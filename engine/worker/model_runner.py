@@ -16,12 +16,14 @@ On a GPU the step waits for the device once: inputs are written into pinned host
 in one non-blocking copy (step_buffer.py), the sampler runs on the device (sampler.sample_tokens),
 and the only read back is the sampled token ids, with any log-probabilities asked for packed beside
 them (sampler.token_logprobs). Decode batches replay a captured CUDA graph
-(cuda_graphs.py); prefill and mixed batches run eagerly.
+(cuda_graphs.py), and so do verify batches (each row its newest token and k drafts, padded to k);
+prefill and mixed batches run eagerly.
 
 Speculative decoding (engine/spec_decode/) is handed in as a `speculator`: before the forward pass
 it fills in each verify row's drafts (a new record with draft_token_ids), after it it judges each
-verify row's k + 1 logits rows, and the row's VerifiedDraft comes back in the output. The runner
-knows only those four calls (forget, move_blocks, propose, verify): spec_decode builds its proposers
+verify row's k + 1 logits rows on the device (greedy match or rejection sampling, every row at once),
+and those verdicts travel back in the step's one read with the plain draws. The runner knows only
+four calls (forget, move_blocks, propose, verify_on_device): spec_decode builds its proposers
 from the runner's parts (its model, KV cache and input preparation), so it sits above the runner.
 """
 from __future__ import annotations
@@ -70,7 +72,8 @@ class PromptRows:
 
 class ModelRunner:
     def __init__(self, model: Llama, kv_cache: KVCache, max_num_tokens: int = 2048, max_num_seqs: int = 64,
-                 max_model_len: int | None = None, cuda_graphs: bool = False, speculator=None):
+                 max_model_len: int | None = None, cuda_graphs: bool = False, speculator=None,
+                 num_speculative_tokens: int = 0):
         self.model, self.kv_cache = model, kv_cache
         self.speculator = speculator       # spec_decode's Speculator, or None: no verify rows expected
         self.device = kv_cache.device
@@ -82,15 +85,20 @@ class ModelRunner:
         self.buffer = StepBuffer(self.device)
         # Room for the largest step, so no step reallocates (which would strand captured graphs): drafts
         # ride beside the token budget, and lookahead slots may add a block or two past max_model_len.
-        n, s = max_num_tokens + 8 * max_num_seqs, max_num_seqs
+        # (A verify graph of s rows holds s * (k + 1) tokens, padding included.)
+        n, s = max_num_tokens + max(8, num_speculative_tokens + 1) * max_num_seqs, max_num_seqs
         self.buffer.reserve(layout(dict(
             input_ids=n, positions=n, slot_mapping=n, seq_lens=s, query_start_loc=s + 1,
             block_tables=s * (self.max_blocks_per_seq + 8), logits_indices=n, sample_rows=s,
             **dict.fromkeys(_DRAW_FIELDS, s)))[1])
         self.graphs: DecodeGraphs | None = None
+        self.verify_graphs: DecodeGraphs | None = None   # speculative decoding's verify steps, k drafts a row
+        self.verify_k = 0
         self._graph_generation = -1
         if cuda_graphs and self.device.type == "cuda":
             self.capture_graphs(graph_batch_sizes(max_num_seqs))
+            if num_speculative_tokens and self.graphs is not None:
+                self.capture_verify_graphs(num_speculative_tokens, graph_batch_sizes(max_num_seqs))
 
     # -- CUDA graphs -------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -106,12 +114,42 @@ class ModelRunner:
             self.graphs = None
         return self.graphs is not None
 
-    def _graph_forward(self, size: int) -> torch.Tensor:
-        """Logits of every row of a decode batch of `size`, reading the step buffer's fixed addresses."""
-        offsets, _ = layout(dict(input_ids=size, positions=size, slot_mapping=size, seq_lens=size,
-                                 query_start_loc=size + 1, block_tables=size * self.max_blocks_per_seq))
-        v = self.buffer.views(offsets)
-        meta = AttentionMetadata(v["slot_mapping"], v["block_tables"].view(size, self.max_blocks_per_seq),
+    @torch.inference_mode()
+    def capture_verify_graphs(self, k: int, sizes: list[int], capture=CudaGraph) -> bool:
+        """Capture verify graphs for k drafts a row (vLLM's uniform-decode graphs with spec tokens).
+
+        A verify batch of B rows is B * (k + 1) tokens, row i at tokens i(k+1) .. i(k+1)+k whatever it
+        drafted; the attention kernel reads each row's k + 1 queries through query_start_loc, on the
+        device, so one capture serves every verify step of B rows. Only sizes whose inputs fit the
+        step buffer as reserved are captured (growing it would strand the decode graphs)."""
+        if self.graphs is None or k < 1:
+            return False
+        cfg = self.model.config
+        fits = [b for b in sizes if layout(self._graph_fields(b, k)[0])[1] <= self.buffer.capacity]
+        context = self._graph_fields(1, k)[1] * self.block_size
+        self.verify_k = k
+        self.verify_graphs = DecodeGraphs(
+            lambda size: self._graph_forward(size, k),
+            lambda size: self.prepare_inputs(SchedulerOutput(), pad_to=size, verify_k=k), fits,
+            lambda size: decode_plan(size, cfg.num_heads, cfg.num_kv_heads, context, self.device, k + 1), capture)
+        if not fits or not self.verify_graphs.capture_all():
+            self.verify_graphs = None
+        return self.verify_graphs is not None
+
+    def _graph_fields(self, size: int, k: int = 0) -> tuple[dict[str, int], int]:
+        """The sizes a graph of `size` rows reads, and its block-table width: a verify row's drafts may
+        reach up to k slots past max_model_len's last block, so its table is that much wider."""
+        width = self.max_blocks_per_seq + (-(-k // self.block_size) if k else 0)
+        tokens = size * (k + 1)
+        return dict(input_ids=tokens, positions=tokens, slot_mapping=tokens, seq_lens=size,
+                    query_start_loc=size + 1, block_tables=size * width), width
+
+    def _graph_forward(self, size: int, k: int = 0) -> torch.Tensor:
+        """Logits of every row of a decode batch of `size` (a verify batch: size * (k + 1) rows), reading
+        the step buffer's fixed addresses."""
+        fields, width = self._graph_fields(size, k)
+        v = self.buffer.views(layout(fields)[0])
+        meta = AttentionMetadata(v["slot_mapping"], v["block_tables"].view(size, width),
                                  v["seq_lens"], v["query_start_loc"])
         hidden = self.model(v["input_ids"], v["positions"], self.attn.bind(meta))
         return self.model.compute_logits(hidden)
@@ -128,10 +166,23 @@ class ModelRunner:
             return None
         return self.graphs.size_for(len(out.scheduled))
 
+    def verify_graph_size_for(self, out: SchedulerOutput) -> int | None:
+        """The verify graph this step replays: every row one token (+ at most k drafts), some drafts."""
+        if self.verify_graphs is None or self.buffer.generation != self._graph_generation:
+            return None
+        rows = out.scheduled
+        if not any(r.draft_token_ids for r in rows) or not all(
+                r.num_tokens == 1 and r.sample and not r.prompt_logprob_targets
+                and len(r.draft_token_ids) <= self.verify_k for r in rows):
+            return None
+        return self.verify_graphs.size_for(len(rows))
+
     # -- inputs ------------------------------------------------------------------------------------
-    def prepare_inputs(self, out: SchedulerOutput, pad_to: int | None = None, draw: bool = True) -> StepInputs:
+    def prepare_inputs(self, out: SchedulerOutput, pad_to: int | None = None, draw: bool = True,
+                       verify_k: int | None = None) -> StepInputs:
         """Every tensor of the step, from the record alone, in one copy. With pad_to (a CUDA graph's
         batch size) the batch is padded to that many one-token rows and the block table is full width.
+        With verify_k too, to that many rows of k + 1 tokens (a verify graph's layout: see below).
         draw=False: the forward's inputs and logits rows only, no sampler draws (a pipeline micro-batch,
         whose rows are sampled with the whole step's, so each seeded generator advances once)."""
         reqs, bs = out.scheduled, self.block_size
@@ -141,6 +192,8 @@ class ModelRunner:
         B, Tp = (pad_to, pad_to) if pad_to else (S, T)
         W = self.max_blocks_per_seq if pad_to else max((len(r.block_ids) for r in reqs), default=0)
         logit_rows, draws, verify, prompt_rows = self._logits_and_draws(reqs, lens)
+        if verify_k is not None:
+            return self._prepare_verify_graph(out, pad_to, verify_k, lens, starts, logit_rows, draws, verify)
         if not draw:
             draws, verify, prompt_rows = [], [], []
         sampled = [i for i, (_, p, _, _, _) in enumerate(draws) if not p.greedy]
@@ -166,12 +219,57 @@ class ModelRunner:
         h["input_ids"][T:], h["positions"][T:], h["slot_mapping"][T:] = 0, 0, -1   # -1: write_kv skips it
         h["logits_indices"][:] = logit_rows
         h["sample_rows"][:] = [row for row, _, _, _, _ in draws]
+        self._fill_draws(h, draws, sampled)
+        return self._commit(B, W, draws, verify, prompt_rows)
+
+    def _prepare_verify_graph(self, out: SchedulerOutput, B: int, K: int, lens: np.ndarray, starts: np.ndarray,
+                              logit_rows: list[int], draws: list, verify: list) -> StepInputs:
+        """A verify graph's inputs: B rows of R = K + 1 token slots each, whatever each row drafted.
+
+            row i, slot j    token [t, d_1 … d_k, 0 …][j]   position start_i + j   seq_len start_i + R
+            slot j > k_i     writes to slot -1 (nowhere): a padding query, its logits never read
+            padding rows     token 0 at positions 0 … K, slot -1, block table all 0
+
+        Every row's seq_len counts R queries, so the kernel's first query position is start_i for
+        each; a row's real queries attend causally and never see its padding slots. The logits rows
+        the sampler reads are the real ones, mapped into this layout (logits_indices)."""
+        reqs, bs, R, S = out.scheduled, self.block_size, K + 1, len(out.scheduled)
+        fields, W = self._graph_fields(B, K)
+        sampled = [i for i, (_, p, _, _, _) in enumerate(draws) if not p.greedy]
+        h = self.buffer.begin(dict(fields, logits_indices=len(logit_rows), sample_rows=len(draws),
+                                   **dict.fromkeys(_DRAW_FIELDS, len(sampled))))
+        h["query_start_loc"][:] = np.arange(B + 1) * R
+        h["seq_lens"][:S] = starts + R
+        h["seq_lens"][S:] = R
+        table = h["block_tables"].reshape(B, W)
+        table.fill(0)
+        for i, r in enumerate(reqs):
+            table[i, :len(r.block_ids)] = r.block_ids
+        owner = np.repeat(np.arange(S), lens)                       # the request of each real token
+        within = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+        at = owner * R + within                                     # each real token's slot in the layout
+        base = np.zeros(B, np.int64)
+        base[:S] = starts
+        h["positions"][:] = np.repeat(base, R) + np.tile(np.arange(R), B)
+        h["input_ids"].fill(0)
+        h["input_ids"][at] = [t for r in reqs for t in (r.token_ids + r.draft_token_ids)]
+        h["slot_mapping"].fill(-1)
+        pos = starts[owner] + within
+        h["slot_mapping"][at] = table[owner, pos // bs].astype(np.int64) * bs + pos % bs
+        h["logits_indices"][:] = at[logit_rows]
+        h["sample_rows"][:] = [row for row, _, _, _, _ in draws]
+        self._fill_draws(h, draws, sampled)
+        return self._commit(B, W, draws, verify, [])
+
+    @staticmethod
+    def _fill_draws(h: dict, draws: list, sampled: list[int]) -> None:
         h["sampled"][:] = sampled
         for j, i in enumerate(sampled):
             _, p, gen, _, _ = draws[i]
             h["temperature"][j], h["top_k"][j], h["top_p"][j], h["min_p"][j] = p.temperature, p.top_k, p.top_p, p.min_p
             h["u"][j] = torch.rand(1, generator=gen).item()       # the draw's number, from its own generator
 
+    def _commit(self, B: int, W: int, draws: list, verify: list, prompt_rows: list) -> StepInputs:
         d = self.buffer.commit()
         meta = AttentionMetadata(d["slot_mapping"], d["block_tables"].view(B, W), d["seq_lens"], d["query_start_loc"])
         # biases, bans and penalties: small lists, copied without a wait (None when no draw has any)
@@ -234,11 +332,15 @@ class ModelRunner:
             out = spec.propose(out)                 # verify rows get their drafts (a new record)
         propose_s = time.perf_counter() - tp
         graph_size = self.graph_size_for(out)
-        inputs = self.prepare_inputs(out, pad_to=graph_size)
+        verify_size = None if graph_size is not None else self.verify_graph_size_for(out)
+        inputs = self.prepare_inputs(out, pad_to=graph_size or verify_size,
+                                     verify_k=self.verify_k if verify_size is not None else None)
         timer = _GpuTimer(self.device)
         t1 = time.perf_counter()
         if graph_size is not None:
             logits = self.graphs.replay(graph_size)[:len(out.scheduled)]   # padding rows dropped
+        elif verify_size is not None:                # the real rows of the B * (k + 1), in request order
+            logits = self.verify_graphs.replay(verify_size).index_select(0, inputs.logits_indices)
         else:
             hidden = self.model(inputs.input_ids, inputs.positions, self.attn.bind(inputs.meta))
             # The LM head only for rows that are sampled: a 2,000-token prefill needs one row, not 2,000.
@@ -246,7 +348,7 @@ class ModelRunner:
         timer.mark()
         t2 = time.perf_counter()
         result = ModelRunnerOutput(prepare_s=t1 - t0 - propose_s, forward_s=t2 - t1, propose_s=propose_s,
-                                   cuda_graph_batch=graph_size or 0)
+                                   cuda_graph_batch=graph_size or verify_size or 0)
         if logits is None:
             return result
         self.sample(out, inputs, logits, result, timer)
@@ -262,16 +364,17 @@ class ModelRunner:
         rows (1 + k logits rows each) are judged by the speculator: greedy match or rejection sampling."""
         if out.return_probs:
             result.sampled_probs = []
-        if inputs.draw_seq_ids or inputs.prompt_rows:
-            self._sample_draws(out, inputs, logits, result, timer)
-        if not inputs.verify:
+        pending = None
+        if inputs.verify:
+            if self.speculator is None:
+                raise ValueError("a record with draft tokens reached a runner without a speculator")
+            # judged on the device, every verify row at once; the verdicts ride in the step's one read
+            pending = self.speculator.verify_on_device(logits, inputs.verify)
+        if inputs.draw_seq_ids or inputs.prompt_rows or pending is not None:
+            tail = self._sample_draws(out, inputs, logits, result, timer, pending.parts if pending else [])
+        if pending is None:
             return
-        if self.speculator is None:
-            raise ValueError("a record with draft tokens reached a runner without a speculator")
-        verdicts = self.speculator.verify([(r, logits[first:first + 1 + len(r.draft_token_ids)])
-                                           for r, first in inputs.verify])
-        if verdicts:
-            self.buffer.device_caught_up()          # the verdicts were read back to the host
+        verdicts = pending.finish(tail)
         for (r, _), v in zip(inputs.verify, verdicts):   # row j predicts the token after draft j - 1 (spec_decode/)
             tokens = r.draft_token_ids[:v.num_accepted] + [v.final_token_id]
             result.seq_ids.append(r.seq_id)
@@ -284,9 +387,10 @@ class ModelRunner:
                 result.sampled_logprobs.append(None)    # a request that asks for logprobs never speculates
 
     def _sample_draws(self, out: SchedulerOutput, inputs: StepInputs, logits: torch.Tensor,
-                      result: ModelRunnerOutput, timer: _GpuTimer | None) -> None:
+                      result: ModelRunnerOutput, timer: _GpuTimer | None, extra: list[torch.Tensor]) -> list[float]:
         """Every plain draw and every prompt row scored, read back in one copy: token ids, their sampling
-        probabilities (return_probs), then the packed log-probabilities (float64 holds any token id)."""
+        probabilities (return_probs), the packed log-probabilities (float64 holds any token id), then
+        `extra` (the speculator's verdicts), whose values are returned."""
         parts, n = [], len(inputs.draw_seq_ids)
         want = [(i, k) for i, k in enumerate(inputs.draw_logprobs) if k is not None]
         width = max([k for _, k in want] + [pr.k for pr in inputs.prompt_rows], default=0)
@@ -303,7 +407,9 @@ class ModelRunner:
                                        to_device(targets, torch.long, logits.device), width).flatten())
         if timer is not None:
             timer.mark()                # before the read: once the values are here, this event has happened
-        values = torch.cat(parts).tolist()
+        mine = sum(p.numel() for p in parts)
+        values = torch.cat(parts + extra).tolist()
+        values, tail = values[:mine], values[mine:]
         self.buffer.device_caught_up()
         ids, at = [int(t) for t in values[:n]], n
         if out.return_probs:
@@ -323,6 +429,7 @@ class ModelRunner:
                 result.sampled_logprobs[i] = [take(ids[i], k)]
         for pr in inputs.prompt_rows:
             result.prompt_logprobs[pr.seq_id] = (pr.first_position, [take(t, pr.k) for t in pr.targets])
+        return tail
 
 
 class _GpuTimer:
