@@ -298,3 +298,18 @@ def test_a_layout_with_no_figure_asks_for_no_load_callback(monkeypatch):
     monkeypatch.setattr(pn.state, "onload", loaded.append)
     defer_figures(pn.Column(pn.pane.HTML("x")))
     assert loaded == []
+
+
+@pytest.mark.parametrize("path, want", [("/app", "/app/static/app.css"), ("/app/", "/app/static/app.css"),
+                                        ("/app/ws", "/app/static/app.css"), ("/book/app/ws", "/book/app/static/app.css"),
+                                        ("/ws", "/app/static/app.css"), ("", "/app/static/app.css")])
+def test_static_urls_point_at_the_app_even_from_the_websockets_request(monkeypatch, path, want):
+    """A session Bokeh rebuilt from the websocket's request (/app/ws) must still link /app/static/."""
+    import types
+
+    import panel as pn
+
+    from widgets.common.theme import static_url
+    doc = types.SimpleNamespace(session_context=types.SimpleNamespace(request=types.SimpleNamespace(path=path)))
+    monkeypatch.setattr(type(pn.state), "curdoc", property(lambda self: doc))
+    assert static_url("app.css") == want

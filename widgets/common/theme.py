@@ -35,11 +35,17 @@ DARK_OVERRIDES = (":host { --ex-accent: #7cc4ff; --ex-on-accent: #0b1f33; --ex-o
 
 
 def static_url(name: str) -> str:
-    """Root-relative URL of a file in assets/, served by Bokeh as the directory app's static/."""
+    """Root-relative URL of a file in assets/, served by Bokeh as the directory app's static/.
+
+    The page's own address says where the app is mounted (``/app``, or under a ``--prefix``). When the
+    session was made from the websocket's request instead (a page whose websocket arrived after Bokeh
+    had dropped the session its page load made: seen under load), that address is the app's ``/ws``
+    endpoint, whose ``static/`` does not exist: the page would come up unstyled."""
     path = "/app"
     ctx = pn.state.curdoc.session_context if pn.state.curdoc else None
     if ctx is not None and ctx.request is not None and ctx.request.path:
-        path = ctx.request.path.rstrip("/") or "/app"
+        path = ctx.request.path.rstrip("/")
+        path = (path[:-len("/ws")] if path.endswith("/ws") else path) or "/app"
     return f"{path}/static/{name}"
 
 
