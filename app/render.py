@@ -276,6 +276,9 @@ class ChapterRenderer:
 
     # -- public ---------------------------------------------------------------------------------
     def render(self, body: str) -> RenderedChapter:
+        if "{recorded-if:" in body:      # a paragraph shown only once its GPU run is recorded (app/recorded_figures.py)
+            from app.recorded_figures import resolve_conditionals
+            body = resolve_conditionals(body)
         env: dict = {}
         out = RenderedChapter(segments=[])
         chunk: list[str] = []

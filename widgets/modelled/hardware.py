@@ -53,11 +53,12 @@ class GPU:
 
 GPUS: dict[str, GPU] = {
     "H100 SXM": GPU(
-        "H100 SXM", 80 * GB, "HBM3", 3.35 * TB, 989 * TFLOP, 132, 50e6, 228 * 1024, 256 * 1024, 65536,
+        "H100 SXM", 80 * GB, "HBM3", 3.35 * TB, 989 * TFLOP, 132, 50 * MiB, 228 * 1024, 256 * 1024, 65536,
         900 * GB, 64 * GB, "PCIe Gen5 x16",
         ("NVIDIA H100 Tensor Core GPU datasheet (SXM5): 80 GB HBM3, 3.35 TB/s, 989 TFLOP/s dense BF16, "
          "NVLink 900 GB/s, PCIe Gen5 128 GB/s (64 GB/s each way)",
-         "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs, 50 MB L2, 256 KB L1/shared per SM",
+         "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs, 50 MB L2 (binary units, as NVIDIA "
+         "counts on-chip memory: the device reports 52,428,800 bytes), 256 KB L1/shared per SM",
          "NVIDIA Hopper Tuning Guide / CUDA C++ Programming Guide, compute capability 9.0: up to 228 KB "
          "shared memory per SM, 64K 32-bit registers per SM")),
     "H200": GPU(
@@ -93,8 +94,12 @@ MODELS: dict[str, ModelConfig] = {
 }
 
 BF16 = 2                    # bytes per value for weights and KV cache unless said otherwise
-KV_MEMORY_FRACTION = 0.9    # of GPU memory an engine may use (vLLM's default gpu_memory_utilization);
-                            # the other 10 % is working space: activations, CUDA context, fragmentation
+KV_MEMORY_FRACTION = 0.9    # of GPU memory an engine may use (vLLM's default gpu_memory_utilization, and
+                            # engine/worker/memory.py's). It caps everything the instance holds: weights,
+                            # the KV cache AND a step's working space (activations; CUDA graphs' memory),
+                            # so activations come out of the 90 %, not the other 10 %. These models leave
+                            # the working space out (they do not run a profile pass): their KV budget is
+                            # an upper bound, a little above what an engine would get.
 
 
 # -- a model's size ------------------------------------------------------------------------------
@@ -129,7 +134,8 @@ def kv_bytes(cfg: ModelConfig, tokens: int, bytes_per_value: int = BF16) -> int:
 def kv_cache_budget(cfg: ModelConfig, gpu: GPU, bytes_per_value: int = BF16,
                     memory_fraction: float = KV_MEMORY_FRACTION) -> float:
     """Bytes left for the KV cache on one GPU: the usable share of memory minus the weights (≤ 0: the
-    weights alone do not fit)."""
+    weights alone do not fit). An upper bound: a real engine also takes one step's peak activations out
+    of that share before it sizes the cache."""
     return gpu.memory_bytes * memory_fraction - weight_bytes(cfg, bytes_per_value)
 
 
