@@ -44,7 +44,7 @@ def test_heads_as_gqa_groups_tap_to_choose_and_kv_bytes(app):
     page = app.open("?chapter=multi-head-attention")
     wait_live(page, "attention-heatmap")
     assert deep_count(page, f"{AH} .ah-small") == 9
-    wait_text(page, f"{AH} .as-readout", "‘␣keys’ 0.77")               # layer 13, head 8: are → keys
+    wait_text(page, f"{AH} .as-readout", "‘␣keys’ 0.77")               # layer 14, head 8: are → keys
     wait_text(page, f"{AH} .ah-kv-table", "23,040 B")
     assert "69,120 B" in deep_text(page, f"{AH} .ah-kv-table") and "7,680 B" in deep_text(page, f"{AH} .ah-kv-table")
     page.locator(f"{AH} .ah-small-3").scroll_into_view_if_needed()
@@ -90,16 +90,16 @@ def test_mlp_samples_tap_a_neuron_and_escaping(app):
     assert deep_count(page, f"{MLP} .mlp-table tbody tr") == 10         # the saved example
     wait_live(page, "mlp-activations")
     page.locator(f"{MLP} .mlp-sample button", has_text="Code").click()
-    wait_text(page, f"{MLP} .mlp-flow-line", ")’ in layer 20")
+    wait_text(page, f"{MLP} .mlp-flow-line", ")’ in layer 21")          # index 20, named 1-30
     page.locator(f"{MLP} .mlp-scatter").scroll_into_view_if_needed()
     # The second strongest neuron: a large dot (the strongest is already the one followed).
     big = sorted((p for p in bokeh_points(page) if "silu" in p), key=lambda p: -abs(p["product"]))
     dot = big[1]
     hover_point(page, dot, f"{dot['neuron']}")
     page.mouse.click(dot["px"], dot["py"])                             # tap: follow that neuron
-    wait_text(page, f"{MLP} .mlp-profile-line", f"Neuron {dot['neuron']} of layer 20")
+    wait_text(page, f"{MLP} .mlp-profile-line", f"Neuron {dot['neuron']} of layer 21")
     page.locator(f"{MLP} textarea").fill(XSS)
-    wait_text(page, f"{MLP} .mlp-flow-line", ")>’ in layer 20")
+    wait_text(page, f"{MLP} .mlp-flow-line", ")>’ in layer 21")
     assert page.locator(f"{MLP} img").count() == 0
     app.assert_clean()
 

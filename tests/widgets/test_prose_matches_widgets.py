@@ -31,7 +31,7 @@ def test_chapter_4_counts_the_tokens_of_the_sentence_its_widget_shows(llm):
 @pytest.mark.parametrize("text", ["The capital of France is", "In 1989, 3 of the 12 jurors voted 7 to 5.",
                                   "for i in range(10):\n    print(i * 2)"])
 def test_chapter_7_left_of_the_line_products_are_small_but_not_grey(llm, text):
-    """The chapter's example and the widget's samples, at layer 20 for the last token: left of gate = 0
+    """The chapter's example and the widget's samples, at layer 21 (index 20) for the last token: left of gate = 0
     every product is SiLU(gate) × up with SiLU(gate) in [−0.28, 0), and the largest products are right."""
     from widgets.mlp_activations.compute import swiglu_path
     from widgets.mlp_activations.widget import DEFAULT

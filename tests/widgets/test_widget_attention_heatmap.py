@@ -104,16 +104,17 @@ def test_widget_follows_text_layer_head_mode_and_row(llm):
     w = _live_widget(llm, setup="heads")
     ins = llm.inspect(TEXT)
     T = len(ins.tokens)
-    assert w._query.value == T - 1 and "‘␣keys’ 0.77" in w._strip.object     # layer 13, head 8: are → keys
+    assert w._query.value == T - 1 and "‘␣keys’ 0.77" in w._strip.object     # layer 14, head 8: are → keys
+    assert w._layer.value == 14 and "Layer 14, head 8" in w._caption.object   # named 1-30, as chapter 4 says
     for h, src in enumerate(w._grid.sources):                                 # small multiples: all 9 heads
         np.testing.assert_allclose(np.nan_to_num(matrix(src.data, T, "prob")), ins.attention[13, h].numpy(), atol=1e-6)
-    w._layer.value = 2
+    w._layer.value = 3                                     # the third layer: the engine's index 2
     assert w.jobs.wait_idle(60)
     w._head.value = 4
     w._mode.value = "scaled scores q·k/√d"
     data = w._heat.source.data
     np.testing.assert_allclose(np.nan_to_num(matrix(data, T, "prob")), ins.attention[2, 4].numpy(), atol=1e-6)
-    assert data["value"] == data["score"] and "scaled scores" in w._caption.object
+    assert data["value"] == data["score"] and "scaled scores" in w._caption.object and "Layer 3," in w._caption.object
     assert w._heat.mapper.low == min(data["score"]) and w._heat.mapper.high == max(data["score"])
     w._heat.row_source.data = {"row": [3]}                 # what the browser sends when a row is hovered
     assert w._query.value == 3 and "(token 3, head 4)" in w._strip.object

@@ -9,7 +9,7 @@ triangle exists: the causal mask gives later keys weight exactly 0, so those cel
      ␣capital   .93   .07
           ␣of   ...                                 each row sums to 1 (softmax)
        ␣France  ...
-          ␣is   .05   .89   .03   .01   .01        ← layer 13, head 8: "is" looks back at "capital"
+          ␣is   .05   .89   .03   .01   .01        ← layer 14 (index 13), head 8: "is" looks back at "capital"
 
 Two views of the same cells: the softmax weights (`inspect`'s attention probabilities), and the
 scaled scores q·k/√d they come from, recomputed from `inspect`'s queries and keys (RoPE applied).

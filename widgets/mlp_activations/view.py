@@ -94,7 +94,7 @@ class MLPPlots:
         axis.major_label_overrides = ({i: show_token(t)[:12] for i, t in enumerate(d["tokens"])} if step == 1
                                       else {i: str(i) for i in range(0, T, step)})
         axis.major_label_orientation = 0.9 if step == 1 else 0
-        self.profile.title.text = f"neuron {k}, layer {d['layer']}: each token"
+        self.profile.title.text = f"neuron {k}, layer {d['layer'] + 1}: each token"   # named 1-30, as in ch. 8
 
 
 def flow_html(d: dict, gate, prod) -> str:
@@ -102,7 +102,7 @@ def flow_html(d: dict, gate, prod) -> str:
     tok = esc(show_token(d["tokens"][d["token"]]))
     opened = int((gate > 0).sum())
     return (
-        f'<p class="mlp-flow-line">‘<b>{tok}</b>’ in layer {d["layer"]}: 576 numbers → RMSNorm → '
+        f'<p class="mlp-flow-line">‘<b>{tok}</b>’ in layer {d["layer"] + 1}: 576 numbers → RMSNorm → '
         f'<span class="mlp-g">W<sub>gate</sub></span> and <span class="mlp-u">W<sub>up</sub></span> (576 → 1,536 '
         f"each) → SiLU(gate) × up = 1,536 products → W<sub>down</sub> (1,536 → 576) → added to the token's "
         f"hidden state.</p><p class=\"w-small\">The gate is open (gate &gt; 0) for {opened:,} of the {len(gate):,} "
@@ -125,7 +125,7 @@ def profile_html(d: dict) -> str:
     profile = np.asarray(d["profile"])
     best = ", ".join(f"‘{esc(show_token(d['tokens'][i]))}’ {profile[i]:+.2f}" for i in strongest_tokens(profile))
     return (f'<p class="mlp-profile-line">Neuron <b>{d["neuron"]}</b> of layer '
-            f'{d["layer"]} responds most strongly to {best}.</p>')
+            f'{d["layer"] + 1} responds most strongly to {best}.</p>')
 
 
 def caption_html(label: str) -> str:

@@ -54,7 +54,9 @@ class MLPActivations(Widget):
         for button, kind in zip(self._samples, SAMPLES):
             button.on_click(lambda e, kind=kind: setattr(self._box, "value", SAMPLES[kind]))
         first = self.layer if self.layer is not None else DEFAULT["layer"]
-        self._layer = pn.widgets.IntSlider(label="Layer", start=0, end=ModelConfig().num_layers - 1, value=int(first),
+        # Layers are named 1 to 30 on screen, as chapter 8's blocks are; `layer`, DEFAULT and compute() keep the
+        # engine's 0-based index, so the slider shows index + 1.
+        self._layer = pn.widgets.IntSlider(label="Layer", start=1, end=ModelConfig().num_layers, value=int(first) + 1,
                                            width=180, css_classes=["mlp-layer"])
         self._token = pn.widgets.Select(label="Token", options={}, width=170, css_classes=["mlp-token"])
         self._neuron = pn.widgets.Select(label="Neuron", options={}, width=190, css_classes=["mlp-neuron"])
@@ -105,7 +107,7 @@ class MLPActivations(Widget):
     def _update(self, debounce_ms: int = 0, keep_neuron: bool = True, new_text: bool = False) -> None:
         if not self.gate.live:
             return
-        llm, text, layer = self.gate.llm, self._text, self._layer.value
+        llm, text, layer = self.gate.llm, self._text, self._layer.value - 1     # the slider counts from 1
         token = None if new_text else self._token.value
         neuron = self._neuron.value if keep_neuron and not new_text else None
 

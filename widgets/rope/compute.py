@@ -9,7 +9,7 @@ dimension i + 32 and turns pair i by (position × θ_i), θ_i = 100,000^(-2i/64)
     score(m, n) = rope(q, m) · rope(k, n) / √64  depends on m − n only
 
 The content is real: the query of ‘␣is’ and the key of ‘␣France’ in "The capital of France is",
-layer 13, head 8 (the head chapter 4's heatmap opens on), with their rotation undone (turned back by
+layer 14 (index 13), head 8 (the head chapter 4's heatmap opens on), with their rotation undone (turned back by
 their own positions, which `llm.rope` does with a negative position).
 """
 from __future__ import annotations

@@ -64,7 +64,7 @@ class RopeWidget(Widget):
         s = SOURCE
         title = self.title(
             "<b>RoPE, turning</b> — one pair of numbers of a query (blue) and of a key "
-            f"(orange) from SmolLM2 (layer {s['layer']}, head {s['head']}: ‘␣is’ looking at ‘␣France’). "
+            f"(orange) from SmolLM2 (layer {s['layer'] + 1}, head {s['head']}: ‘␣is’ looking at ‘␣France’). "
             "Slide the positions: the arrows turn, and the score changes only when the distance m − n does. "
             "Tick “move both together” to keep the distance.")
         sliders = pn.FlexBox(self._m, self._n, self._together, flex_wrap="wrap", align_items="flex-end",
