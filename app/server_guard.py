@@ -8,7 +8,10 @@ reference to them a hook can reach, so `install` finds the two objects once, at 
 * **Compression.** gzip for every text response (`_Compress`), which Bokeh does not do.
 * **Long addresses.** Tornado reads at most 64 KB of request line and headers and, past that, drops
   the connection without a word (the browser shows an empty response, the log shows nothing). We let
-  it read up to 1 MiB and answer anything longer than MAX_URI_BYTES with 414 and a sentence, logged.
+  it read up to 4 MiB (twice the longest address Chromium sends) and answer anything longer than
+  MAX_URI_BYTES with 414 and a sentence, logged. A request head past 4 MiB is no browser's: its
+  connection is still dropped unread (reading it would hold megabytes per hostile connection), but the
+  log says so (`_LogDroppedHeads`).
 * **/engine.json** (beside /app): the engine's LoopStats as JSON (anonymous totals only: steps, tokens,
   requests running and waiting, KV blocks in use; the pages' sandboxes and their KV MiB). The load
   test and the browser tests read it.
@@ -33,7 +36,7 @@ from tornado.web import Application, GZipContentEncoding, RequestHandler
 log = logging.getLogger("app.server")
 
 MAX_URI_BYTES = 16 * 1024          # the app's own links are a few hundred bytes; ?sentence= is capped at 1,000
-READ_LIMIT_BYTES = 1024 * 1024     # what Tornado may read of a request's head before it gives up silently
+READ_LIMIT_BYTES = 4 * 1024 * 1024     # what Tornado may read of a request's head before it drops it
 LOG_EVERY_S = float(os.environ.get("LLM_EXPLAINER_LOG_EVERY_S", "10"))    # the console's [engine] line
 
 
@@ -54,6 +57,18 @@ class _TooLong(RequestHandler):
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(f"414 URI Too Long: this address is {len(self.request.uri):,} bytes; the explainer "
                     f"accepts at most {MAX_URI_BYTES:,}. Open the site from its front page.\n")
+
+
+class _LogDroppedHeads(logging.Filter):
+    """Tornado drops a connection whose request head outgrows READ_LIMIT_BYTES and says so only at its
+    debug-ish INFO level ("Unsatisfiable read, closing connection"): say it as a warning of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Unsatisfiable read"):
+            return True
+        log.warning("dropped a connection whose request head passed %s bytes unanswered (no browser sends "
+                    "an address that long)", f"{READ_LIMIT_BYTES:,}")
+        return False
 
 
 def engine_numbers() -> dict:
@@ -85,6 +100,11 @@ class _EngineJSON(RequestHandler):
 
 
 def install(server_context) -> None:
+    tornado_log = logging.getLogger("tornado.general")
+    if not any(isinstance(f, _LogDroppedHeads) for f in tornado_log.filters):
+        tornado_log.addFilter(_LogDroppedHeads())
+        if not tornado_log.isEnabledFor(logging.INFO):       # else its INFO line never reaches the filter
+            tornado_log.setLevel(logging.INFO)
     for obj in gc.get_objects():
         if isinstance(obj, HTTPServer):
             obj.conn_params.max_header_size = READ_LIMIT_BYTES

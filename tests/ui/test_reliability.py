@@ -4,6 +4,7 @@ reader's request, and SIGTERM during generations exits cleanly. This module runs
 (random weights: mechanics only), because its last test stops it."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -76,6 +77,19 @@ def test_a_long_address_gets_a_clear_answer(own_server):
     log = LOG.read_text()
     assert "refused a 100,0" in log and "a" * 1000 not in log          # the access log names the size only
     with urllib.request.urlopen(base + "/liveness", timeout=5) as r:        # and the server still answers
+        assert r.status == 200
+    # 1.1 MB (Chromium sends addresses up to 2 MB) gets the same answer, where Tornado used to drop it
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(base + "/app?chapter=" + "a" * 1_100_000, timeout=30)
+    assert err.value.code == 414 and "refused a 1,100,0" in LOG.read_text()
+    # past the 4 MiB read limit no browser's request: dropped unread, but never silently
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+        urllib.request.urlopen(base + "/app?chapter=" + "a" * 5_000_000, timeout=30)
+    deadline = time.monotonic() + 10
+    while "dropped a connection whose request head passed 4,194,304 bytes" not in LOG.read_text():
+        assert time.monotonic() < deadline, "no log line for the dropped connection"
+        time.sleep(0.05)           # polling a condition against a deadline
+    with urllib.request.urlopen(base + "/liveness", timeout=5) as r:
         assert r.status == 200
 
 
