@@ -37,6 +37,7 @@ import panel as pn
 
 from widgets.common.examples import Example, load_example
 from widgets.common.gate import EngineGate, in_session
+from widgets.common.guard import guard_inputs
 from widgets.common.jobs import JobRunner
 from widgets.common.registry import directive_of
 from widgets.common.sentence import choice_html, reader_sentence
@@ -133,6 +134,7 @@ class Widget(pn.viewable.Viewer):
             self._controls_styled = True
             self._place_sentence_choice()
             style_controls(self.layout)
+            guard_inputs(self.layout, lambda note: self.say(note))
             if in_session():
                 defer_figures(self.layout)
         return self.layout
