@@ -36,7 +36,7 @@ def make_proposer(spec: SpeculativeConfig, runner, draft_model: Llama | None = N
     if spec.method == "ngram":
         return NgramProposer(spec.prompt_lookup_min, spec.prompt_lookup_max)
     if spec.method == "early_exit":
-        return EarlyExitProposer(runner.model, runner.kv_cache, spec.num_layers, runner.prepare_inputs)
+        return EarlyExitProposer(runner.model, runner.kv_cache, spec.num_layers, runner.prepare_inputs, runner)
     if draft_model is None:
         raise ValueError("speculative_config: method 'draft_model' needs the draft loaded: LLM loads 'model' "
                          "for you; an LLMEngine takes it as draft_model=")

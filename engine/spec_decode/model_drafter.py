@@ -34,6 +34,10 @@ class ModelDrafter:
         """Run the drafting model over one pass's inputs; logits [rows, V] of its sampling rows."""
         raise NotImplementedError
 
+    def draft_pass(self, rows: list[ScheduledRequest]) -> torch.Tensor:
+        """One pass over these rows (a subclass may replay a CUDA graph instead): forward_logits."""
+        return self.forward_logits(self.prepare_inputs(SchedulerOutput(scheduled=rows)))
+
     def first_pass_row(self, r: DraftRequest) -> ScheduledRequest:
         """Pass 1's row for one request (by default: its newest token, at start_pos)."""
         return ScheduledRequest(r.seq_id, "", "decode", r.context_token_ids[-1:], r.start_pos, r.block_ids,
@@ -57,9 +61,8 @@ class ModelDrafter:
         for j in range(max((r.max_drafts for r in requests), default=0) or (1 if rows else 0)):
             if not rows:
                 break
-            inputs = self.prepare_inputs(SchedulerOutput(scheduled=rows))
             if active:
-                logits = self.forward_logits(inputs)
+                logits = self.draft_pass(rows)
                 params = [requests[i].params for i in active]
                 q = sampling_probs(logits, params)
                 tokens = self._choose(q, logits, [requests[i] for i in active])
@@ -68,7 +71,7 @@ class ModelDrafter:
                     if not requests[i].params.greedy:
                         probs[i].append(q[row])
             else:
-                self.forward_logits(inputs)      # catch-up only: no one drafts this step
+                self.draft_pass(rows)            # catch-up only: no one drafts this step
             active = [i for i in active if len(drafts[i].token_ids) < requests[i].max_drafts]
             rows = [ScheduledRequest(requests[i].seq_id, "", "decode", drafts[i].token_ids[-1:],
                                      requests[i].start_pos + len(drafts[i].token_ids), requests[i].block_ids,

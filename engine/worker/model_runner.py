@@ -144,15 +144,38 @@ class ModelRunner:
         return dict(input_ids=tokens, positions=tokens, slot_mapping=tokens, seq_lens=size,
                     query_start_loc=size + 1, block_tables=size * width), width
 
-    def _graph_forward(self, size: int, k: int = 0) -> torch.Tensor:
-        """Logits of every row of a decode batch of `size` (a verify batch: size * (k + 1) rows), reading
-        the step buffer's fixed addresses."""
+    def _graph_forward(self, size: int, k: int = 0, num_layers: int | None = None) -> torch.Tensor:
+        """Logits of every row of a decode batch of `size` (a verify batch: size * (k + 1) rows; an
+        early-exit draft pass: the first num_layers layers), reading the step buffer's fixed addresses."""
         fields, width = self._graph_fields(size, k)
         v = self.buffer.views(layout(fields)[0])
         meta = AttentionMetadata(v["slot_mapping"], v["block_tables"].view(size, width),
                                  v["seq_lens"], v["query_start_loc"])
-        hidden = self.model(v["input_ids"], v["positions"], self.attn.bind(meta))
+        hidden = self.model(v["input_ids"], v["positions"], self.attn.bind(meta), num_layers=num_layers)
         return self.model.compute_logits(hidden)
+
+    @torch.inference_mode()
+    def capture_draft_graphs(self, num_layers: int, sizes: list[int] | None = None,
+                             capture=CudaGraph) -> DecodeGraphs | None:
+        """Decode graphs of the target's first num_layers layers, norm and LM head: an early-exit draft
+        pass is a decode batch with the decode layout, so it replays at the same buffer addresses."""
+        if self.graphs is None:
+            return None
+        graphs = DecodeGraphs(lambda size: self._graph_forward(size, 0, num_layers),
+                              lambda size: self.prepare_inputs(SchedulerOutput(), pad_to=size),
+                              sizes or self.graphs.sizes, lambda size: None, capture)
+        return graphs if graphs.capture_all() else None
+
+    def replay_draft(self, graphs: DecodeGraphs | None, out: SchedulerOutput) -> torch.Tensor | None:
+        """The logits of a draft pass through capture_draft_graphs' graphs, or None: run it eagerly."""
+        if graphs is None or self.buffer.generation != self._graph_generation or not all(
+                r.num_tokens == 1 and r.sample and not r.draft_token_ids for r in out.scheduled):
+            return None
+        size = graphs.size_for(len(out.scheduled))
+        if size is None:
+            return None
+        self.prepare_inputs(out, pad_to=size, draw=False)
+        return graphs.replay(size)[:len(out.scheduled)]
 
     def graph_size_for(self, out: SchedulerOutput) -> int | None:
         """The captured batch size this step replays, or None to run it eagerly (prefill, mixed, too big)."""

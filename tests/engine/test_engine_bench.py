@@ -40,18 +40,36 @@ def test_spec_bench_small_prints_json_with_every_proposer(capsys):
     threads = torch.get_num_threads()
     try:
         report = spec.run(["--small", "--max-tokens", "10", "--kinds", "repetition,prose", "--k", "3",
-                           "--oracle", "1.0,0.5", "--draft-model", "self"])
+                           "--oracle", "1.0,0.5", "--oracle-k", "3", "--draft-model", "self", "--batch", "1,2",
+                           "--repeat", "3", "--cost-batches", "1,2", "--cost-context", "40"])
     finally:
         torch.set_num_threads(threads)
     assert json.loads(capsys.readouterr().out) == report
     assert report["weights"] == "random" and report["measured_on"].startswith(("cpu", "cuda"))
-    rows = report["results"]["repetition"]
-    assert set(rows) == {"plain", "ngram k=3", "early_exit L=1 k=3", "draft_model=self k=3"}
-    assert all(r["identical_to_plain"] and r["all_blocks_free_at_end"] for n, r in rows.items() if n != "plain")
+    assert report["shape"]["layers"] == report["shape"]["layers"] > 0 and report["rule"]["min_acceptance"] is not None
+    assert set(report["results"]) == {"b=1", "b=2"}
+    rows = report["results"]["b=1"]["repetition"]
+    assert set(rows) == {"plain", "ngram k=3", "early_exit L=1 k=3", "draft_model=self k=3",
+                         "oracle a=1.0 k=3", "oracle a=0.5 k=3"}
+    for name, r in rows.items():          # the median of three runs, float32 on the CPU: the plain tokens
+        assert len(r["runs_tokens_per_s"]) == 3 and sorted(r["runs_tokens_per_s"])[1] == r["tokens_per_s"]
+        if name != "plain":
+            assert r["identical_to_plain"] and r["agreement_with_plain"] == 1.0 and r["first_divergence"] is None
+            assert r["all_blocks_free_at_end"]
     assert rows["draft_model=self k=3"]["per_draft_acceptance"] == 1.0          # the target drafting for itself
-    perfect = report["oracle"]["a=1.0 k=3"]
+    perfect = rows["oracle a=1.0 k=3"]
     assert perfect["tokens_per_verify_pass"] == perfect["closed_form_tokens_per_pass"] == 4.0
-    assert report["oracle"]["a=0.5 k=3"]["tokens_per_verify_pass"] < 4.0
+    assert rows["oracle a=0.5 k=3"]["tokens_per_verify_pass"] < 4.0
+    cost = report["verify_cost"]
+    assert [r["batch"] for r in cost["rows"]] == [1, 2] and all(r["verify_ms"] > 0 for r in cost["rows"])
+    assert report["goals"]["verify_over_decode_step_b1"] == cost["rows"][0]["ratio"]
+
+
+def test_agreement_counts_equal_positions_and_names_the_first_that_differs():
+    from engine.bench.spec import agreement
+    assert agreement([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 5]]) == (1.0, None)
+    assert agreement([[1, 9, 3], [4, 5]], [[1, 2, 3], [4, 5]]) == (0.8, 1)
+    assert agreement([[1, 2, 3], [4, 6]], [[1, 2, 3], [7, 5]]) == (0.6, 0)
 
 
 def test_serve_workload_reports_the_outputs_metrics_and_a_cancel_frees_every_block(one_torch_thread):

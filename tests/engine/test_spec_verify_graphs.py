@@ -169,3 +169,19 @@ def test_rule_from_config_defaults():
     assert rule.disable_by_batch_size is not None and rule.min_acceptance is not None
     with pytest.raises(ValueError, match="min_acceptance"):
         SpeculativeConfig.from_dict({"method": "ngram", "num_speculative_tokens": 4, "min_acceptance": 2})
+
+
+def test_early_exit_drafts_replay_graphs_of_their_layers_and_keep_the_tokens(model):
+    spec = {"method": "early_exit", "num_speculative_tokens": 3, "num_layers": 1, "min_acceptance": None}
+    engine = with_graphs(model, spec)
+    runner, proposer = engine.runner, engine.runner.speculator.proposer
+    assert proposer.graphs is None                                       # none captured on the CPU by itself
+    proposer.graphs = runner.capture_draft_graphs(1, [1, 2, 4, 8], capture=ReplayByRerun)
+    replayed = []
+    replay = runner.replay_draft
+    runner.replay_draft = lambda graphs, out: replayed.append(r := replay(graphs, out)) or r
+    ps = looping_prompts(5, seed=6)
+    params = [SamplingParams(temperature=0.0, max_tokens=8 + 2 * i) for i in range(len(ps))]
+    assert run_all(engine, ps, params) == [unpaged_generate(model, p, sp.max_tokens) for p, sp in zip(ps, params)]
+    assert replayed and all(x is not None for x in replayed)            # every draft pass replayed a graph
+    assert engine.spec_stats.num_drafts > 0
