@@ -295,7 +295,7 @@ def run(argv: list[str] | None = None) -> dict:
         "batches": batches, "max_tokens": max_tokens, "repeat": a.repeat, "greedy": True,
         "rule": {"disable_by_batch_size": default.disable_by_batch_size, "min_acceptance": default.min_acceptance,
                  "probe_drafts": SpeculationRule().probe_drafts, "pause_tokens": SpeculationRule().pause_tokens},
-        "results": results, "verify_cost": cost, "goals": _goals(results, cost),
+        "results": results, "rows": _flat_rows(results), "verify_cost": cost, "goals": _goals(results, cost),
         "notes": _notes(weights),
     }
     print(json.dumps(report, indent=1))
@@ -308,6 +308,20 @@ def run(argv: list[str] | None = None) -> dict:
                                                     "dtype": report["dtype"], "shape": report["shape"]}),
               file=sys.stderr)
     return report
+
+
+def slug(name: str) -> str:
+    """A setting's name as a chapter's figure path can name it: 'oracle a=1.0 k=4' -> 'oracle_a10_k4'."""
+    return name.replace(" ", "_").replace("=", "").replace(".", "")
+
+
+def _flat_rows(results: dict) -> list[dict]:
+    """One row per (batch, kind, setting) with the figures a chapter cites, keyed by plain words
+    (app/recorded_figures.py picks `rows[batch=1,kind=code,setting=ngram_k4].speedup`)."""
+    keep = ("tokens_per_s", "speedup", "per_draft_acceptance", "tokens_per_verify_pass", "decode_step_ms",
+            "propose_ms_per_step", "agreement_with_plain", "first_divergence")
+    return [{"batch": int(b[2:]), "kind": kind, "setting": slug(name), **{k: row.get(k) for k in keep if k in row}}
+            for b, kinds in results.items() for kind, rows in kinds.items() for name, row in rows.items()]
 
 
 def _shape(model) -> dict:
