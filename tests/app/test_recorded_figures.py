@@ -104,6 +104,11 @@ def test_chapter_14_cites_serve_sim_as_the_benchmark_writes_it():
     assert len(paths) >= 2 and "{recorded-if:serve-sim|" in body
     for path in paths:
         assert rf.lookup(results, path) > 0, path
+    recorded = load_recorded("serve-sim")       # the sentence says what workload it was: the record must agree
+    if recorded is not None:
+        workload = recorded["results"]["workload"]
+        assert "all sent at once" in body and workload["request_rate"] == "all at t=0"
+        assert "a mix of chat, summaries and code" in body and workload["pattern"] == "mixed"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
