@@ -139,8 +139,9 @@ class Comm:
         burst()                                    # warm: the communicator and its buffers exist
         if self.device.type == "cuda":
             torch.cuda.synchronize()
+            dist.barrier(group=self.control_group)       # as pipeline.RankGraph: nothing in flight, thread-local
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 burst()
             graph.replay()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -27,6 +27,8 @@ graphs' bookkeeping.
 """
 from __future__ import annotations
 
+import gc
+import os
 import time
 from dataclasses import replace
 
@@ -35,8 +37,9 @@ import torch
 import torch.distributed as dist
 
 from ..core.records import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
+from ..loader.progress import log
 from ..model.attention import AttentionMetadata
-from ..worker.cuda_graphs import CudaGraph, DecodeGraphs, graph_batch_sizes
+from ..worker.cuda_graphs import DecodeGraphs, graph_batch_sizes
 from ..worker.model_runner import ModelRunner
 from ..worker.step_buffer import layout
 from .parallel_config import ParallelConfig
@@ -78,6 +81,29 @@ def split_micro_batches(scheduled: list[ScheduledRequest], n: int) -> list[list[
     return batches
 
 
+class RankGraph:
+    """A CUDA graph of one rank's layers, NCCL calls inside. Unlike the one-GPU CudaGraph it captures in
+    thread-local mode: ProcessGroupNCCL's watchdog thread keeps querying events while this thread
+    captures, which global mode forbids. Before capturing, the device is drained and every rank meets
+    (a gloo barrier), so no eager collective is still in flight on any rank when the capture starts."""
+
+    def __init__(self, run, pool, barrier_group=None):
+        torch.cuda.synchronize()
+        dist.barrier(group=barrier_group)
+        self.graph = torch.cuda.CUDAGraph()
+        gc.collect()              # no collection while capturing (as CudaGraph: freeing pinned memory poisons it)
+        gc.disable()
+        try:
+            with torch.cuda.graph(self.graph, pool=pool, capture_error_mode="thread_local"):
+                self.output = run()
+        finally:
+            gc.enable()
+
+    def replay(self) -> torch.Tensor:
+        self.graph.replay()
+        return self.output
+
+
 class GraphStandIn:
     """CudaGraph's stand-in on the CPU: "replay" runs the captured function again (the same calls,
     tallied in_graph the same way), so the graph bookkeeping is tested without a GPU."""
@@ -110,10 +136,16 @@ class ShardRunner(ModelRunner):
         self.micro_batch_tokens: list[int] = []
         self.graph_tally: dict[int, list[int]] = {}       # batch size -> bytes of each all-reduce in its graph
         self.graph_batches = self.graph_rows = 0          # micro-batches replayed this step, their padded rows
+        if graphs == "cuda" and pc.tp > 1 and os.environ.get("ENGINE_TP_GRAPHS") == "0":
+            log("ENGINE_TP_GRAPHS=0: tensor-parallel ranks run decode eagerly")
+            graphs = None
         if graphs is not None:
             # a later stage's graph reads the previous stage's hidden state from one fixed buffer
             self.hidden_in = torch.zeros(max_num_seqs, self.hidden_size, dtype=self.dtype, device=self.device)
-            self.capture_stage_graphs(graph_batch_sizes(max_num_seqs), CudaGraph if graphs == "cuda" else GraphStandIn)
+            capture = (lambda run, pool: RankGraph(run, pool, comm.control_group)) if graphs == "cuda" else GraphStandIn
+            if self.capture_stage_graphs(graph_batch_sizes(max_num_seqs), capture) and rank == 0:
+                log(f"rank 0: {len(self.graphs.graphs)} decode graphs captured"
+                    + (f" ({len(self.graph_tally[max(self.graph_tally)])} all-reduces in each)" if pc.tp > 1 else ""))
 
     # -- CUDA graphs of this rank's layers -------------------------------------------------------
     @torch.inference_mode()

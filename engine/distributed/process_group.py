@@ -54,6 +54,9 @@ def workers_alive(store, world_size: int) -> bool:
 def connect(rank: int, pc: ParallelConfig, device_type: str, store) -> Comm:
     """Join the world as `rank`; returns this rank's Comm (device, groups, counters)."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"      # NVLink multicast off (before NCCL reads its settings)
+    # Decode graphs hold NCCL calls, and eager steps make NCCL calls; the two never overlap here (one
+    # stream, in order), so NCCL's support for mixing them, which NVIDIA notes can deadlock, is not needed
+    os.environ.setdefault("NCCL_GRAPH_MIXING_SUPPORT", "0")
     device = rank_device(rank, device_type)
     if device.type == "cuda":
         torch.cuda.set_device(device)

@@ -84,6 +84,9 @@ def worker_main(rank: int, spec: WorkerSpec) -> None:
     # (close() or, if it dies, the parent watch), so a worker ignores it rather than print a traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent(spec.parent_pid)
+    if os.environ.get("ENGINE_WORKER_TRACEBACK_S"):      # diagnosing a hang: where this worker stands
+        import faulthandler
+        faulthandler.dump_traceback_later(float(os.environ["ENGINE_WORKER_TRACEBACK_S"]), repeat=True)
     if spec.device_type == "cpu":
         torch.set_num_threads(spec.threads)
     try:
