@@ -79,26 +79,35 @@ class OracleProposer:
         pass
 
 
-def run_once(model, cfg: EngineConfig, prompt_ids: list[int], batch: int, max_tokens: int,
-             draft_model=None, proposer=None) -> tuple[dict, list[list[int]]]:
-    engine = LLMEngine(model, cfg, draft_model=draft_model, proposer=proposer)
+def run_on(engine: LLMEngine, tag: str, prompt_ids: list[int], batch: int, max_tokens: int
+           ) -> tuple[dict, list[list[int]]]:
+    """One timed run of `batch` copies of the prompt on an engine that lives across runs (its graphs
+    are captured once): the step records, statistics and rule counts of this run alone."""
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    sync = torch.cuda.synchronize if model.embed.weight.is_cuda else (lambda: None)
-    sync()
+    on_gpu = engine.device.type == "cuda"
+    spec = engine.runner.speculator
+    before = dict(spec.rule.to_dict()) if spec is not None else {}
+    first_step = engine._step
+    if on_gpu:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     for i in range(batch):
-        engine.add_request(str(i), prompt_ids, params)
+        engine.add_request(f"{tag}/{i}", prompt_ids, params)
     while engine.has_unfinished():
         engine.step()
-    sync()
+    if on_gpu:
+        torch.cuda.synchronize()
     wall = time.perf_counter() - start
-    outputs = [engine.take_output(str(i)).outputs[0].token_ids for i in range(batch)]
-    steps = [r for r in engine.trace if r.num_decode_tokens or r.num_verify_tokens]
-    s: SpecDecodeStats = engine.spec_stats
+    done = [engine.take_output(f"{tag}/{i}") for i in range(batch)]
+    outputs = [o.outputs[0].token_ids for o in done]
+    s = SpecDecodeStats()
+    for o in done:
+        if o.metrics is not None and o.metrics.spec is not None:
+            s.merge(o.metrics.spec)
+    steps = [r for r in engine.trace.since(first_step) if r.num_decode_tokens or r.num_verify_tokens]
     tokens = sum(len(o) for o in outputs)
-    spec = engine.runner.speculator
     result = {
-        "tokens": tokens, "steps": engine.trace.num_steps, "wall_s": round(wall, 4),
+        "tokens": tokens, "steps": len(engine.trace.since(first_step)), "wall_s": round(wall, 4),
         "tokens_per_s": round(tokens / wall, 2),
         "decode_step_ms": round(1000 * statistics.mean(r.wall_s for r in steps), 3) if steps else None,
         "propose_ms_per_step": round(1000 * statistics.mean(r.propose_s for r in steps), 3) if steps else None,
@@ -108,10 +117,17 @@ def run_once(model, cfg: EngineConfig, prompt_ids: list[int], batch: int, max_to
         "accepted_histogram": s.accepted_histogram,
         "all_blocks_free_at_end": engine.num_free_blocks() == engine.block_manager.num_blocks,
     }
-    if spec is not None and cfg.speculative_config is not None:
-        rule = spec.rule.to_dict()
-        result["rule"] = {"steps_off_by_batch": rule["steps_off_by_batch"], "pauses": rule["pauses"]}
+    if spec is not None and engine.config.speculative_config is not None:
+        after = spec.rule.to_dict()
+        result["rule"] = {k: after[k] - before[k] for k in ("steps_off_by_batch", "pauses")}
     return result, outputs
+
+
+def run_once(model, cfg: EngineConfig, prompt_ids: list[int], batch: int, max_tokens: int,
+             draft_model=None, proposer=None) -> tuple[dict, list[list[int]]]:
+    """One run on a fresh engine (its graphs captured first, untimed)."""
+    return run_on(LLMEngine(model, cfg, draft_model=draft_model, proposer=proposer), "r", prompt_ids, batch,
+                  max_tokens)
 
 
 def agreement(outputs: list[list[int]], plain: list[list[int]]) -> tuple[float, int | None]:
@@ -242,37 +258,35 @@ def run(argv: list[str] | None = None) -> dict:
         return dict(block_size=16, num_kv_blocks=max(64, batch * (-(-(512 + max_tokens) // 16) + 2)),
                     max_num_seqs=max(8, batch), max_num_batched_tokens=2048)
 
-    run_once(model, EngineConfig(**base_for(batches[0])), prompts[kinds[0]], batches[0], max_tokens)   # warm-up
     results = {}
+    progress = (lambda msg: print(f"[bench spec] {msg}", file=sys.stderr, flush=True))
     for batch in batches:
-        base, by_kind = base_for(batch), {}
+        base = base_for(batch)
+        # One engine per setting, alive across every prompt and run: graphs are captured once each.
+        engines = {"plain": LLMEngine(model, EngineConfig(**base))}
+        answers = {}
+        for kind, ids in prompts.items():        # plain decoding's own answers, for the oracle to draft
+            answers[tuple(ids)] = run_on(engines["plain"], f"answer-{kind}", ids, batch, max_tokens)[1][0]
+        for name, spec in configs:
+            engines[name] = LLMEngine(model, EngineConfig(**base, speculative_config=spec),
+                                      draft_model=draft if spec["method"] == "draft_model" else None)
+        for r in rates:
+            for k in oracle_ks:
+                engines[f"oracle a={r} k={k}"] = LLMEngine(
+                    model, EngineConfig(**base, speculative_config={"method": "ngram", "num_speculative_tokens": k}),
+                    proposer=OracleProposer(answers, r, model.config.vocab_size))
+        progress(f"batch {batch}: {len(engines)} engines ready")
+        by_kind = {}
         for kind, ids in prompts.items():
             runs: dict[str, list[dict]] = {}
             outputs: dict[str, list[list[int]]] = {}
-            plain_answer = None
-            for _ in range(a.repeat):          # round robin: load and clocks drift, every setting sees it
-                settings = [("plain", None, None)] + [(n, c, None) for n, c in configs]
-                if plain_answer is not None:
-                    settings += [(f"oracle a={r} k={k}", {"method": "ngram", "num_speculative_tokens": k},
-                                  OracleProposer({tuple(ids): plain_answer}, r, model.config.vocab_size))
-                                 for r in rates for k in oracle_ks]
-                for name, spec, proposer in settings:
-                    row, outs = run_once(model, EngineConfig(**base, speculative_config=spec), ids, batch, max_tokens,
-                                         draft_model=draft if spec and spec["method"] == "draft_model" else None,
-                                         proposer=proposer)
+            for name, engine in engines.items():  # untimed: the first run of a prompt fills its prefix cache
+                run_on(engine, f"warm-{kind}", ids, batch, max_tokens)
+            for rep in range(a.repeat):          # round robin: load and clocks drift, every setting sees it
+                for name, engine in engines.items():
+                    row, outs = run_on(engine, f"{kind}-{rep}", ids, batch, max_tokens)
                     runs.setdefault(name, []).append(row)
                     outputs.setdefault(name, outs)
-                    if name == "plain" and plain_answer is None:
-                        plain_answer = outs[0]
-            if rates:                          # the oracles joined after plain's first run: one run more each
-                for r in rates:
-                    for k in oracle_ks:
-                        name = f"oracle a={r} k={k}"
-                        proposer = OracleProposer({tuple(ids): plain_answer}, r, model.config.vocab_size)
-                        row, outs = run_once(model, EngineConfig(**base, speculative_config={
-                            "method": "ngram", "num_speculative_tokens": k}), ids, batch, max_tokens, proposer=proposer)
-                        runs.setdefault(name, []).append(row)
-                        outputs.setdefault(name, outs)
             rows = {name: median_row(rs) for name, rs in runs.items()}
             for name, row in rows.items():
                 if name == "plain":
@@ -284,9 +298,14 @@ def run(argv: list[str] | None = None) -> dict:
                     rate, k = float(name.split()[1][2:]), int(name.split()[2][2:])
                     row["closed_form_tokens_per_pass"] = round(expected_tokens_per_pass(rate, k), 3)
             by_kind[kind] = rows
+            progress(f"batch {batch} {kind}: " + ", ".join(f"{n} {r.get('speedup', r['tokens_per_s'])}"
+                                                          for n, r in rows.items()))
         results[f"b={batch}"] = by_kind
+        del engines
     cost_batches = [b for b in (int(x) for x in a.cost_batches.split(",") if x)]
     cost = verify_cost(model, base_for(max(batches)), max(ks), cost_batches, a.cost_context, 30) if cost_batches else None
+    if cost:
+        progress("verify_cost: " + json.dumps(cost["rows"]))
     from ..config import SpeculativeConfig
     default = SpeculativeConfig(method="ngram", num_speculative_tokens=max(ks))
     report = {
