@@ -44,3 +44,33 @@ def test_chapter_7_left_of_the_line_products_are_small_but_not_grey(llm, text):
     assert np.all((p.silu[left] >= -0.2785) & (p.silu[left] < 0))
     assert np.abs(p.product[left]).max() < np.abs(p.product[~left]).max()
     assert np.abs(p.product[left]).max() > 0                         # not grey: some colour is there
+
+
+def test_one_layer_numbering_in_chapters_4_to_9_and_their_widgets():
+    """Chapters 4, 5 and 7 name layers 1-30, as chapter 8's blocks are named (content review X4: chapter 4's
+    "layer 13" was chapter 8's "block 14"). Each number the prose quotes is its widget's first layer as the
+    widget's slider shows it, and every slider runs 1-30."""
+    from tests.helpers.fakes import FakeHandle
+    from widgets.attention_heatmap.widget import SETUPS, AttentionHeatmap
+    from widgets.common.handle import EngineStatus
+    from widgets.forward_pass.widget import ForwardPassWidget
+    from widgets.mlp_activations.widget import DEFAULT, MLPActivations
+
+    def said(name: str) -> str:
+        return " ".join((CONTENT / name).read_text(encoding="utf-8").split())     # line breaks as spaces
+
+    ch4, ch5, ch7, ch8 = (said(n) for n in ("04-attention.md", "05-multi-head-attention.md", "07-mlp-block.md",
+                                             "08-transformer-block.md"))
+    assert "Layers count from 1 (bottom) to 30, as chapter 8's blocks do" in ch4
+    assert "Blocks are numbered 1 to 30, the same numbers as chapter 4's layers" in ch8
+    for chapter, setup in ((ch4, "single"), (ch5, "heads")):
+        layer, head = SETUPS[setup]["layer"], SETUPS[setup]["head"]       # the engine's 0-based index
+        assert f"At layer {layer + 1}, head {head}," in chapter
+        assert f"layer {layer}," not in chapter
+        w = AttentionHeatmap(FakeHandle(EngineStatus.LOADING), setup=setup)
+        assert (w._layer.start, w._layer.end, w._layer.value) == (1, 30, layer + 1)
+    assert f"a neuron of layer {DEFAULT['layer'] + 1} for" in ch7
+    w = MLPActivations(FakeHandle(EngineStatus.LOADING))
+    assert (w._layer.start, w._layer.end, w._layer.value) == (1, 30, DEFAULT["layer"] + 1)
+    w = ForwardPassWidget(FakeHandle(EngineStatus.LOADING), view="block")
+    assert (w._block.start, w._block.end) == (1, 30)
