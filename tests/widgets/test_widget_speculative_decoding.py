@@ -141,3 +141,23 @@ def test_a_count_of_one_is_singular():
 def test_saved_example_is_fresh(llm):
     import widgets.speculative_decoding.widget  # noqa: F401  (registers the example)
     assert_example_fresh("speculative-decoding", llm)
+
+
+def test_the_recorded_gpu_table_shows_each_proposers_speedup_with_its_source():
+    from widgets.speculative_decoding.view import recorded_html
+    assert "No GPU run is recorded" in recorded_html(None)
+    rows = [{"batch": b, "kind": kind, "setting": s, "tokens_per_s": 500.0 * b, "speedup": x,
+             "agreement_with_plain": agree}
+            for b in (1, 8) for kind in ("code", "quoting", "repetition", "prose")
+            for s, x, agree in (("plain", None, None), ("ngram_k4", 1.8 if kind != "prose" else 0.95, 1.0),
+                                ("early_exit_L15_k4", 1.1, 0.9), ("oracle_a10_k4", 3.2, 0.97))]
+    data = {"device": "NVIDIA H200", "command": "python -m engine bench spec --record", "date": "2026-11-28",
+            "results": {"rows": [{k: v for k, v in r.items() if v is not None} for r in rows], "repeat": 3,
+                        "dtype": "bfloat16", "weights": "random",
+                        "verify_cost": {"k": 4, "rows": [{"batch": 1, "decode_ms": 1.5, "verify_ms": 1.8, "ratio": 1.2}]}}}
+    html = recorded_html(data)
+    assert html.count("<tr>") == 1 + 2 * 3                      # a header, then 3 proposers at each batch
+    assert ">1.80×<" in html and ">0.95×<" in html and ">3.20×<" in html
+    assert "500 tokens/s at batch 1" in html and "1.80 ms against a decode step's 1.50 ms (1.20×)" in html
+    assert "90% to 100% of positions" in html and "Random weights" in html
+    assert "recorded on NVIDIA H200 by" in html and "median of 3 runs" in html

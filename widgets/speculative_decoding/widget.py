@@ -15,12 +15,13 @@ from __future__ import annotations
 import panel as pn
 import param
 
+from engine import load_recorded
 from widgets.common import Widget, clamp, clip, example, html_pane, measured, modelled, register
 from widgets.speculative_decoding.compute import (MAX_K, MAX_TOKENS, METHODS, SpecStepper, StepView, TokenView,
                                                   run_all)
 from widgets.speculative_decoding.simulator import Simulator
-from widgets.speculative_decoding.view import (curve_figure, draw_curve, engine_stats_html, legend_html, reply_html,
-                                               round_html, sim_stats_html, steps_html)
+from widgets.speculative_decoding.view import (curve_figure, draw_curve, engine_stats_html, legend_html,
+                                               recorded_html, reply_html, round_html, sim_stats_html, steps_html)
 
 DEFAULT_SENTENCE = "The quick brown fox jumps over the lazy dog."
 MAX_CHARS = 600
@@ -151,8 +152,10 @@ class SpecDecodeWidget(Widget):
             sizing_mode="stretch_width", css_classes=["sd-sim"])
         self._boxes = {"engine": engine_box, "simulator": sim_box}
         self._mode.param.watch(lambda e: self._show_mode(), "value")
-        self.layout = pn.Column(title, self.gate.pane, self._mode, engine_box, sim_box, sizing_mode="stretch_width",
-                                css_classes=["sd-widget"])
+        # the recorded GPU run, whichever mode is shown: the engine mode measures this server's CPU
+        recorded = html_pane(recorded_html(load_recorded("spec")), ["sd-recorded-pane"])
+        self.layout = pn.Column(title, self.gate.pane, self._mode, engine_box, sim_box, recorded,
+                                sizing_mode="stretch_width", css_classes=["sd-widget"])
         self._show_mode()
         self._show_saved()
         self._simulate(0)
