@@ -33,6 +33,7 @@ from ..llm_engine import LLMEngine
 from ..model.llama import Llama
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
+from .bench_env import environment, model_record, record_if_asked
 
 PATTERNS = {  # (ISL range, OSL range)
     "summarization": ((2000, 4000), (100, 300)),
@@ -222,6 +223,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--no-chunked-prefill", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--record", action="store_true",
+                   help="also save the run as engine/bench/data/serve-sim.json (chapter 14 cites it)")
     p.add_argument("--warmup", choices=["short", "full"], default="short",
                    help="full: the whole workload once untimed first (GPUs compile kernels per shape family); "
                         "static then warms up on its first batch only, whose shapes the continuous run has compiled")
@@ -286,6 +289,12 @@ def run(argv: list[str] | None = None) -> dict:
             "p50_e2e_ratio": round(s["e2e_s"]["p50"] / c["e2e_s"]["p50"], 2),
         }
     print(json.dumps(report, indent=2))
+    # --record: the file chapter 14 quotes, under the same rules as the other benches' records
+    # (device, model, software, date, commit, command).
+    record = environment("serve-sim", device, {k: report[k] for k in ("workload", "engine", "warmup", "results",
+                                                                      "continuous_vs_static") if k in report},
+                         model_record(model, model.embed.weight.dtype, weights))
+    record_if_asked(record, "python -m engine bench serve-sim", argv)
     return report
 
 

@@ -98,3 +98,18 @@ def test_serve_workload_reports_the_outputs_metrics_and_a_cancel_frees_every_blo
         pass
     assert engine.trace.num_steps == 3 and not engine.has_unfinished()
     assert engine.num_free_blocks() == cfg.num_kv_blocks and not engine.allocator_state().tables
+
+
+def test_serve_sim_record_names_device_model_and_the_ratios_chapter_14_cites(monkeypatch, tmp_path, capsys):
+    from engine.bench import recorded
+    monkeypatch.setattr(recorded, "DATA_DIR", tmp_path)
+    threads = torch.get_num_threads()
+    try:
+        serve_sim.run(["--small", "--num-requests", "6", "--scale", "0.04", "--max-num-seqs", "4", "--record"])
+    finally:
+        torch.set_num_threads(threads)
+    saved = json.loads((tmp_path / "serve-sim.json").read_text())
+    assert saved["command"].startswith("python -m engine bench serve-sim --small") and "--record" not in saved["command"]
+    assert saved["model"]["name"] == "tiny-random" and saved["model"]["weights"] == "random" and saved["device"]
+    r = saved["results"]
+    assert r["workload"]["num_requests"] == 6 and r["continuous_vs_static"]["output_throughput_ratio"] > 0
