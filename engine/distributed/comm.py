@@ -150,6 +150,7 @@ class Comm:
                 graph.replay()
             end.record()
             end.synchronize()
+            del graph                                   # before the group can be left (pipeline.release_graphs)
             return start.elapsed_time(end) / 1e3 / repeats
         t0 = time.perf_counter()
         for _ in range(repeats):

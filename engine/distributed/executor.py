@@ -274,6 +274,8 @@ class DistributedExecutor:
             if p.is_alive():
                 p.kill()
                 p.join()
+        if self.runner is not None:
+            self.runner.release_graphs()       # NCCL cannot leave while a graph holds its calls
         try:
             leave()
         except Exception as e:               # the next engine in this process clears the group (see below)

@@ -176,6 +176,14 @@ class ShardRunner(ModelRunner):
             self.graphs, self.graph_tally = None, {}
         return self.graphs is not None
 
+    def release_graphs(self) -> None:
+        """Free every captured graph before the process group is left: NCCL cannot destroy a
+        communicator while a graph that captured one of its calls lives (ncclCommDestroy waits for
+        them, so close() hung on the first two-GPU run). DecodeGraphs' closures point back at this
+        runner, a cycle: collect it now rather than whenever the collector runs."""
+        self.graphs, self.graph_tally = None, {}
+        gc.collect()
+
     def _stage_forward(self, size: int) -> torch.Tensor:
         """This rank's layers over a decode batch of `size`, reading the step buffer's fixed addresses
         (and, after the first stage, hidden_in); the hidden state out, never logits (see execute)."""

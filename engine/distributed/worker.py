@@ -120,6 +120,8 @@ def serve(rank: int, spec: WorkerSpec, comm, model: Llama, full_cfg, layers: ran
     while True:
         msg = comm.broadcast_object(src=0)
         if msg is None:
+            if runner is not None:
+                runner.release_graphs()         # before leave(): see ShardRunner.release_graphs
             return
         if isinstance(msg, KVRequest):
             try:

@@ -66,5 +66,7 @@ def test_decode_graphs_in_the_workers_replay_and_count_their_all_reduces(one_tor
         assert prefill and all(r.cuda_graph_batch == 0 for r in prefill)
         if tp == 2:
             assert all(s > 0 for s in engine.runner.probe_all_reduce(4, 2 * T3.num_layers))
+        assert engine.runner.runner.graphs is not None
     finally:
         engine.close()
+    assert engine.runner.runner.graphs is None       # freed before leaving: NCCL waits for captured graphs
