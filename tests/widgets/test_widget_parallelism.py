@@ -59,6 +59,27 @@ def test_no_developer_placeholder_when_no_multi_gpu_run_is_recorded():
     assert "No multi-GPU measurement is recorded for this page" in html and "modelled" in html
 
 
+def test_recorded_two_gpu_runs_are_shown_labelled_with_device_link_and_model_shape():
+    """Each recorded file (engine/bench/data/parallel*.json) is a table labelled with its device, the
+    GPUs' link from nvidia-smi topo, its NCCL version and model shape, and the command that recorded it."""
+    from widgets.parallelism.compute import recorded_runs
+    runs = recorded_runs()
+    if not runs:
+        pytest.skip("no two-GPU run recorded")
+    html = view.recorded_line(runs)
+    assert "No multi-GPU measurement" not in html and "not recorded yet" not in html
+    for data in runs:
+        shape = data["model"]["shape"]
+        assert f"{shape['num_heads']} query / {shape['num_kv_heads']} KV heads" in html
+        assert f"NCCL {data['software']['nccl']}" in html and data["command"] in html
+        for s in data["results"]["sizes"]:
+            if "skipped" not in s:
+                eager = s["size"] != "single" and not s["decode_steps_in_cuda_graphs"]
+                assert f"<th scope='row'>{s['size']}{'<br><small>no graphs</small>' if eager else ''}</th>" \
+                       f"<td>{s['batch']}</td>" in html
+    assert "NVLink links" in html or "PCIe" in html
+
+
 @pytest.mark.parametrize("mode", ["tp", "pp"])
 def test_the_split_runs_give_the_single_process_text(saved, mode):
     run = saved.data["runs"][mode]

@@ -36,9 +36,13 @@ def layout_for(cfg, mode: str, size: int) -> dict:
     return parallel_layout(cfg, *((size, 1) if mode == "tp" else (1, size)))
 
 
-def recorded_runs() -> dict | None:
-    """What a multi-GPU run recorded (`python -m engine bench parallel --record`), or None."""
-    return load_recorded("parallel")
+RECORDED = ("parallel", "parallel-smollm2")     # Llama-3-8B's shapes, then SmolLM2's
+
+
+def recorded_runs() -> list[dict]:
+    """What the two-GPU runs recorded (`python -m engine bench parallel ... --record NAME`), each file
+    with its device, link, NCCL version and model shape; [] when none shipped."""
+    return [d for d in (load_recorded(name) for name in RECORDED) if d is not None]
 
 
 def sizes_for(mode: str) -> list[int]:

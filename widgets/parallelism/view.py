@@ -207,24 +207,75 @@ def modelled_html(tp: dict, pp: dict, beside: str) -> str:
             f"{beside}</div>")
 
 
-def recorded_line(data: dict | None) -> str:
-    """What a multi-GPU run recorded (compute.recorded_runs), or, when none shipped, what the reader is
-    looking at instead: said to the reader, never a developer's to-do (the review found the command line
-    that would record it shown as a placeholder)."""
-    if data is None:
+def _link(topology: str | None) -> str:
+    """GPU 0 to GPU 1 in `nvidia-smi topo -m`'s matrix: NV18 = 18 NVLink links; PIX, PHB, SYS = PCIe."""
+    import re
+    m = re.search(r"GPU0\s+X\s+(\S+)", topology or "")
+    if m is None:
+        return "link not recorded"
+    kind = m[1]
+    return f"{kind} ({kind[2:]} NVLink links)" if kind.startswith("NV") else f"{kind} (PCIe)"
+
+
+def _ms(x) -> str:
+    return "–" if x is None else f"{x:,.2f}"
+
+
+def _recorded_table(data: dict) -> str:
+    """One recorded file: each split and batch, against one GPU, and what a decode step sent. A split
+    whose decode steps ran eagerly says so: its step time is launch costs, not the link."""
+    res, sw, model = data["results"], data.get("software", {}), data.get("model", {})
+    shape = model.get("shape", res.get("shape", {}))
+    gpus = sw.get("gpus")
+    head = (f"{gpus} × " if gpus else "") + f"{esc(data['device'])}, {esc(_link(sw.get('link')))}, NCCL {esc(sw.get('nccl', '?'))}"
+    what = (f"{esc(model.get('name', res.get('model', '')))} shapes ({shape.get('num_layers')} layers, hidden "
+            f"{shape.get('hidden_size', 0):,}, {shape.get('num_heads')} query / {shape.get('num_kv_heads')} KV heads), "
+            f"{esc(model.get('weights', 'random'))} weights, {esc(res.get('dtype', ''))}")
+    wl = res.get("workload", {})
+    rows, probed = [], False
+    for s in res.get("sizes", []):
+        if "skipped" in s:
+            continue
+        d = s.get("per_step", {}).get("decode", {})
+        ar, hand = d.get("all_reduce_per_rank", {}), d.get("send_recv_all_ranks", {})
+        if ar.get("calls"):
+            ar_ms = ar.get("probe_ms", ar.get("ms"))
+            probed = probed or "probe_ms" in ar
+            comm = (f"{plural(round(ar['calls']), 'all-reduce')}, {_b(ar['bytes'])}<br>{_ms(ar_ms)} ms"
+                    f"{'*' if 'probe_ms' in ar else ''}, {ar['share_of_step']:.0%} of the step")
+        elif hand.get("send", {}).get("calls"):
+            comm = f"{plural(round(hand['send']['calls']), 'hand-off')}, {_b(hand['send']['bytes'])}<br>bubble {d.get('bubble_mean', 0):.0%}"
+        else:
+            comm = "–"
+        vs = s.get("vs_single", {})
+        same = "" if s["size"] == "single" else (
+            "all" if s.get("same_tokens_as_single") else f"{s.get('prompts_equal')} of {s.get('prompts')}")
+        eager = s["size"] != "single" and not s.get("decode_steps_in_cuda_graphs")
+        itl = _ms(s["itl_ms_mean"]) + (f" ({vs['itl_ms_mean']:.2f}×)" if vs.get("itl_ms_mean") else "")
+        rows.append(f"<tr><th scope='row'>{esc(s['size'])}{'<br><small>no graphs</small>' if eager else ''}</th>"
+                    f"<td>{s['batch']}</td><td>{s['throughput_tokens_per_s']:,.0f}</td><td>{itl}</td>"
+                    f"<td>{same}</td><td>{comm}</td></tr>")
+    return (f"<p class='pz-check'><b>{head}</b> · {what}; prompts of {wl.get('prompt_len')} tokens, "
+            f"{wl.get('max_tokens')} new tokens each, greedy, warmed alike.</p>"
+            f"<div class='pz-scroll'><table class='pz-table'><thead><tr><th scope='col'>split</th>"
+            f"<th scope='col'>batch</th><th scope='col'>tokens/s</th><th scope='col'>ITL ms (vs 1 GPU)</th>"
+            f"<th scope='col'>same ids</th><th scope='col'>each GPU, per decode step</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            + ("<p class='w-small'>* Inside a CUDA graph no call can be timed alone: the same all-reduces, "
+               "replayed by themselves.</p>" if probed else "")
+            + f"<p class='w-small'>{label_html(recorded_label(data))}</p>")
+
+
+def recorded_line(data: list[dict] | dict | None) -> str:
+    """What the two-GPU runs recorded (compute.recorded_runs), labelled with device, link and model
+    shape; or, when none shipped, what the reader is looking at instead: said to the reader, never a
+    developer's to-do (the review found the command line that would record it shown as a placeholder)."""
+    records = [data] if isinstance(data, dict) else list(data or [])
+    if not records:
         return ("<p class='w-small pz-recorded'>No multi-GPU measurement is recorded for this page: the table "
                 "above is modelled from published link and GPU figures, and the measured numbers in 2 and 3 "
                 "come from this server's CPU processes.</p>")
-    parts = []
-    for s in data["results"].get("sizes", []):
-        step = s.get("per_step")
-        if step and step["all_reduce_per_rank"]["calls"]:
-            ar = step["all_reduce_per_rank"]
-            parts.append(f"{esc(s['size'])}: {ar['calls']:.0f} all-reduces per step, {ar['ms']:.2f} ms in all")
-        elif step and step["stage_sends_all_ranks"]["calls"]:
-            parts.append(f"{esc(s['size'])}: bubble {100 * step['bubble_mean']:.0f}%")
-    label = label_html(recorded_label(data))
-    return f"<p class='w-small'>Beside the model: {'; '.join(parts) or 'no split recorded'} · {label}</p>"
+    return ("<div class='pz-recorded'><h4>Recorded on two GPUs</h4>"
+            + "".join(_recorded_table(d) for d in records) + "</div>")
 
 
 NO_LAYOUT = "<p class='w-small'>No layout: the heads do not divide (see the note above).</p>"
