@@ -13,7 +13,8 @@ reference to them a hook can reach, so `install` finds the two objects once, at 
   connection is still dropped unread (reading it would hold megabytes per hostile connection), but the
   log says so (`_LogDroppedHeads`).
 * **/engine.json** (beside /app): the engine's LoopStats as JSON (anonymous totals only: steps, tokens,
-  requests running and waiting, KV blocks in use; the pages' sandboxes and their KV MiB). The load
+  requests running and waiting, KV blocks in use; the pages' sandboxes and their KV MiB; the pages'
+  sessions the server still holds). The load
   test and the browser tests read it.
 * **/v1/...** (beside /app): the OpenAI-compatible API on the shared engine (app/openai_api.py), so a
   reader's curl or `openai` client request runs in the same batch as the pages' own.
@@ -77,6 +78,8 @@ def engine_numbers() -> dict:
     handle = shared_engine()
     snap = handle.snapshot()
     out = {"status": snap.status.value}
+    if _SERVER["context"] is not None:           # the pages' Bokeh sessions still held by the server
+        out["sessions"] = len(_SERVER["context"].sessions)
     if snap.status.value != "ready":
         return out
     loop = handle.llm.loop
@@ -99,7 +102,11 @@ class _EngineJSON(RequestHandler):
         self.finish(json.dumps(engine_numbers()))
 
 
+_SERVER = {"context": None}      # the app's Bokeh server context, once install() has run
+
+
 def install(server_context) -> None:
+    _SERVER["context"] = server_context
     tornado_log = logging.getLogger("tornado.general")
     if not any(isinstance(f, _LogDroppedHeads) for f in tornado_log.filters):
         tornado_log.addFilter(_LogDroppedHeads())

@@ -32,7 +32,9 @@ def own_server():
     port = _free_port()
     LOG.parent.mkdir(parents=True, exist_ok=True)
     log = open(LOG, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "panel", "serve", "app", "--port", str(port), "--liveness"],
+    # sessions of closed pages are swept after 1 s, not Bokeh's 15-32 s (the memory test waits for them)
+    proc = subprocess.Popen([sys.executable, "-m", "panel", "serve", "app", "--port", str(port), "--liveness",
+                             "--unused-session-lifetime", "1000", "--check-unused-sessions", "1000"],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "LLM_EXPLAINER_RANDOM_WEIGHTS": "1"})
     base = f"http://localhost:{port}"
@@ -91,6 +93,35 @@ def test_a_long_address_gets_a_clear_answer(own_server):
         time.sleep(0.05)           # polling a condition against a deadline
     with urllib.request.urlopen(base + "/liveness", timeout=5) as r:
         assert r.status == 200
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_memory_comes_back_after_sessions_close(own_server):
+    """Rounds of pages opened over the websocket (every chapter's widgets built on the server) and
+    dropped: once the server has swept them, its memory is back where the first round left it (that
+    round fills the caches every later page shares: saved examples, the model's inspect passes)."""
+    from app.content import list_chapters
+    from app.loadtest import client_models
+    from bokeh.client import pull_session
+    base, proc = own_server
+    client_models()
+    slugs = [c.slug for c in list_chapters()]
+    after = []
+    for round_ in range(3):
+        for slug in slugs:
+            with pull_session(url=f"{base}/app", arguments={"chapter": slug}) as session:
+                assert session.document.roots, slug
+        n = wait_engine(base, lambda n: n.get("sessions") == 0, 120)
+        assert n.get("sessions") == 0, f"round {round_}: {n.get('sessions')} sessions never swept"
+        after.append(_rss_mb(proc.pid))
+    print("RSS after each round (MB):", [round(x) for x in after])
+    assert after[2] - after[0] < 100, f"RSS after each round (MB): {[round(x) for x in after]}"
 
 
 def test_a_closed_tab_aborts_its_request(own_server, browser, app_page_class):
