@@ -5,7 +5,8 @@
     tensor_parallel.py   column/row-parallel linear layers by module substitution; why the embedding and
                          LM head stay whole; weight_splits (how each matrix is cut, for the widget)
     shard.py             one rank's shard of the model and of the KV cache
-    pipeline.py          micro-batches, and ShardRunner: one rank's part of a step (recv, layers, send)
+    pipeline.py          micro-batches, and ShardRunner: one rank's part of a step (recv, layers, send);
+                         on GPUs its decode layers replay a CUDA graph, all-reduces captured inside
     comm.py, stats.py    every all-reduce, send, recv and record counted per step (calls, bytes, seconds)
     process_group.py     the rendezvous and groups
     worker.py            a worker process's loop
