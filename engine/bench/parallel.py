@@ -29,6 +29,7 @@ import datetime
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -181,8 +182,8 @@ def _machine(device: torch.device) -> dict:
         except ImportError:
             pass
         try:
-            info["link"] = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True,
-                                          timeout=20).stdout.strip()
+            topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout
+            info["link"] = re.sub(r"\x1b\[[0-9;]*m", "", topo).strip()      # without its terminal underlining
         except (OSError, subprocess.SubprocessError) as e:
             info["link"] = f"nvidia-smi topo -m failed: {e}"
     return info
