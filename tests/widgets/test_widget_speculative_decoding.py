@@ -161,3 +161,15 @@ def test_the_recorded_gpu_table_shows_each_proposers_speedup_with_its_source():
     assert "500 tokens/s at batch 1" in html and "1.80 ms against a decode step's 1.50 ms (1.20×)" in html
     assert "90% to 100% of positions" in html and "Random weights" in html
     assert "recorded on NVIDIA H200 by" in html and "median of 3 runs" in html
+
+
+def test_the_engine_stats_name_the_rule_and_count_its_pauses():
+    from widgets.speculative_decoding.view import engine_stats_html
+    s = {"passes": 4, "tokens": 9, "drafts": 12, "accepted": 5, "a": 0.5, "acceptance_rate": 0.42,
+         "tokens_per_pass": 2.25, "tokens_per_verify_pass": 2.0, "closed_form": 1.9, "k": 4,
+         "rule": {"disable_by_batch_size": 64, "min_acceptance": 0.25, "probe_drafts": 8, "pause_tokens": 32,
+                  "steps_off_by_batch": 0, "pauses": 1}}
+    html = engine_stats_html(s, "measured on cpu")
+    assert "more than 64 requests" in html and "last 8 judged drafts kept under 25%" in html
+    assert "next 32 tokens plainly" in html and ">1 pause</span> here" in html
+    assert "The rule" not in engine_stats_html({**s, "rule": None}, "measured on cpu")

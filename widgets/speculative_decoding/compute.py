@@ -140,7 +140,13 @@ class SpecStepper:
             "k": self.k, "histogram": list(s.accepted_histogram),
             "verify_ms": sum(v.step_ms for v in verify) / len(verify) if verify else None,
             "propose_ms": sum(v.propose_ms for v in verify) / len(verify) if verify else None,
+            "rule": self._rule(),
         }
+
+    def _rule(self) -> dict | None:
+        """When the engine drafts at all (spec_decode/rule.py): its thresholds and what they did here."""
+        spec = getattr(getattr(self.engine, "runner", None), "speculator", None)
+        return None if spec is None else spec.rule.to_dict()
 
     def close(self) -> None:
         """Abort the request and release the sandbox's KV memory now (a block left in use is logged)."""

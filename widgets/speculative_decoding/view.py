@@ -115,6 +115,13 @@ def engine_stats_html(s: dict, label: str) -> str:
         lines.append(f'Verify passes yield <b class="sd-tpvp">{_num(s["tokens_per_verify_pass"])}</b> tokens each; '
                      f'the closed form (1 − a<sup>k+1</sup>)/(1 − a) at a = {_num(a)}, k = {s["k"]} gives '
                      f'<b class="sd-closed">{_num(closed)}</b>.')
+    rule = s.get("rule")
+    if rule and rule.get("min_acceptance") is not None:
+        off = rule.get("disable_by_batch_size")
+        lines.append(f'The rule: {"nobody drafts in a step of more than " + str(off) + " requests; " if off else ""}'
+                     f'a request whose last {rule["probe_drafts"]} judged drafts kept under '
+                     f'{rule["min_acceptance"]:.0%} decodes the next {rule["pause_tokens"]} tokens plainly '
+                     f'(<span class="sd-pauses">{plural(rule["pauses"], "pause")}</span> here).')
     if s.get("verify_ms") is not None:
         lines.append(f'A verify step took {s["verify_ms"]:.0f} ms, {s["propose_ms"]:.0f} ms of it drafting '
                      f'{label_html(label)}.')
