@@ -6,10 +6,17 @@ readers use it at once, and prints JSON.
 * Websocket readers (the rest): Bokeh clients (`bokeh.client.pull_session`) that open a random chapter's
   session over the websocket, which builds every widget of that chapter on the server, and close it.
 
-JSON: widget response times (p50/p99 ms, per kind), errors, the server's memory (RSS) before, at its
-peak during, and after everyone left, the engine's KV blocks in use after everyone left, and the
-engine's steps and tokens served during the run (from the server's /engine.json), and how many periodic
-[engine] lines the server's console printed (its log file is named in the JSON).
+* A probe (one more client, on the server's OpenAI-compatible /v1): a streamed 24-token completion,
+  three times before the readers come (quiet) and every few seconds while they are there (under load),
+  timing its first token and the delay between tokens. Each token of one stream is one engine step, so
+  1000 / delay is the engine's decode steps per second as a reader's reply sees them.
+
+JSON: what a reader feels (browser: page to widget live, press to first token; websocket: a whole page's
+session; the probe's first token and per-token delay, quiet and under load, and the steps/s ratio),
+errors, the server's memory (RSS) before, at its peak during, and after everyone left, the engine's KV
+blocks in use after everyone left, and the engine's steps and tokens served during the run (from the
+server's /engine.json), and how many periodic [engine] lines the server's console printed (its log
+file is named in the JSON).
 """
 from __future__ import annotations
 
@@ -69,7 +76,9 @@ class Run:
     def __init__(self, base: str, deadline: float, slugs: list[str]):
         self.base, self.deadline, self.slugs = base, deadline, slugs
         self.lock = threading.Lock()
-        self.times: dict[str, list[float]] = {"browser_first_token": [], "websocket_session": []}
+        self.times: dict[str, list[float]] = {"browser_widget_live": [], "browser_first_token": [],
+                                              "websocket_session": [], "probe_first_token": [],
+                                              "probe_token_delay": []}
         self.errors: list[str] = []
 
     def record(self, kind: str, ms: float) -> None:
@@ -94,6 +103,28 @@ class Run:
                 self.record("websocket_session", 1000 * (time.perf_counter() - t0))
             except Exception as exc:
                 self.error(f"websocket {slug}: {type(exc).__name__}: {exc}")
+
+
+PROBE_TOKENS = 24
+
+
+def probe(base: str) -> tuple[float, float]:
+    """One streamed completion on /v1: (ms to its first token, median ms between its tokens)."""
+    with urllib.request.urlopen(base + "/v1/models", timeout=30) as r:
+        models = json.loads(r.read())
+    body = json.dumps({"model": models["data"][0]["id"], "prompt": "The history of the river is", "stream": True,
+                       "max_tokens": PROBE_TOKENS, "temperature": 0, "ignore_eos": True,
+                       "logprobs": 1}).encode()      # a chunk per token, even one whose text is empty
+    req = urllib.request.Request(base + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    t0, stamps = time.perf_counter(), []
+    with urllib.request.urlopen(req, timeout=300) as r:
+        for line in r:
+            if line.startswith(b"data: {"):
+                stamps.append(time.perf_counter())
+    if len(stamps) < 2:
+        raise RuntimeError(f"the probe got {len(stamps)} tokens")
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    return 1000 * (stamps[0] - t0), 1000 * gaps[len(gaps) // 2]
 
 
 def main(argv=None) -> dict:
@@ -124,6 +155,7 @@ def main(argv=None) -> dict:
         sys.path.insert(0, str(ROOT))
         from app.content import list_chapters
         slugs = [c.slug for c in list_chapters()]
+        quiet = [probe(base) for _ in range(3)]        # the engine alone: the reference for "under load"
         start = _get(base + "/engine.json")
         mem_before = _rss_mb(server.pid)
         n_browser = max(1, args.readers // BROWSER_SHARE) if args.readers else 0
@@ -147,10 +179,21 @@ def main(argv=None) -> dict:
                 _browser_round_robin(run, b, n_browser)
                 b.close()
         bt = threading.Thread(target=browsers, daemon=True)
+
+        def probes():
+            while time.monotonic() < run.deadline and not stop.wait(2.0):
+                try:
+                    first, delay = probe(base)
+                    run.record("probe_first_token", first)
+                    run.record("probe_token_delay", delay)
+                except Exception as exc:
+                    run.error(f"probe: {type(exc).__name__}: {exc}")
+        pt = threading.Thread(target=probes, daemon=True)
         for t in threads:
             t.start()
         bt.start()
-        for t in threads + [bt]:
+        pt.start()
+        for t in threads + [bt, pt]:
             t.join(args.seconds + 600)
         stop.set()
         deadline = time.monotonic() + 60
@@ -164,6 +207,9 @@ def main(argv=None) -> dict:
             "random_weights": args.random_weights,
             "widget_response_ms": {k: {"n": len(v), "p50": _pct(v, 0.5), "p99": _pct(v, 0.99)}
                                    for k, v in run.times.items()},
+            "probe_quiet_ms": {"first_token": round(sorted(q[0] for q in quiet)[1], 1),
+                               "token_delay": round(sorted(q[1] for q in quiet)[1], 1)},
+            "decode_steps_per_s": _steps_per_s(quiet, run.times["probe_token_delay"]),
             "errors": len(run.errors), "error_samples": run.errors[:5],
             "server_rss_mb": {"before": round(mem_before), "peak_during": round(peak[0]), "after": round(mem_after)},
             "kv_blocks_in_use_after": end["kv_blocks_used"], "kv_blocks": end["kv_blocks"],
@@ -185,16 +231,28 @@ def main(argv=None) -> dict:
     return result
 
 
+def _steps_per_s(quiet: list[tuple[float, float]], loaded_delays: list[float]) -> dict:
+    """Decode steps per second a reply sees (1000 / its median per-token delay), quiet and under load."""
+    q = 1000 / sorted(d for _, d in quiet)[len(quiet) // 2]
+    if not loaded_delays:
+        return {"quiet": round(q, 1), "under_load": None, "kept": None}
+    loaded = 1000 / sorted(loaded_delays)[len(loaded_delays) // 2]
+    return {"quiet": round(q, 1), "under_load": round(loaded, 1), "kept": round(loaded / q, 2)}
+
+
 def _browser_round_robin(run: Run, browser, n: int) -> None:
     """n browser readers on one Playwright thread: each step advances every reader's page a little."""
     while time.monotonic() < run.deadline:
         ctxs = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in range(n)]
         try:
             pages = [c.new_page() for c in ctxs]
+            opened = []
             for p in pages:
+                opened.append(time.perf_counter())
                 p.goto(f"{run.base}/app?chapter=what-is-an-llm", timeout=120_000, wait_until="commit")
-            for p in pages:
+            for p, t0 in zip(pages, opened):
                 p.wait_for_selector('.widget-generate .w-status[data-state="live"]', timeout=300_000)
+                run.record("browser_widget_live", 1000 * (time.perf_counter() - t0))
                 p.locator(".widget-generate .gen-max-tokens input").fill("8")
                 p.locator(".widget-generate .gen-max-tokens input").press("Tab")
             starts = []

@@ -18,5 +18,9 @@ def test_a_small_load_test_runs_clean(monkeypatch):
     assert result["widget_response_ms"]["websocket_session"]["n"] >= 1
     assert result["kv_blocks_in_use_after"] == 0 and result["engine_alive"]
     assert result["engine_generated_tokens"] > 0 and result["server_exit_code"] == 0
+    # what a reader feels: the page to a live widget, and the probe's reply quiet and under load
+    assert result["widget_response_ms"]["browser_widget_live"]["n"] >= 1
+    assert result["probe_quiet_ms"]["first_token"] > 0 and result["probe_quiet_ms"]["token_delay"] > 0
+    assert result["decode_steps_per_s"]["quiet"] > 0
     # The operator's console shows the engine's periodic line (the server's log level must let it through).
     assert result["server_engine_log_lines"] >= 1, result["server_log"]
