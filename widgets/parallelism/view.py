@@ -83,12 +83,12 @@ def _pp_split(layout: dict, cfg) -> str:
     stages = layout["stages"]
     cells = []
     for s, (a, b) in enumerate(stages):
-        for i in range(a, b):
+        for i in range(a + 1, b + 1):         # layers are named 1 … 30 in every chapter (the engine counts from 0)
             cells.append(_mark(f"pz-layer pz-r{s % 7}", f"layer {i}: stage {s} (rank {s})", f"stage-{s}", "",
                                str(i)))
     legend = "".join(
         f'<li>{_mark(f"pz-swatch pz-r{s % 7}", f"stage {s}", f"stage-{s}")} stage {s} = rank {s}: layers '
-        f'{a}–{b - 1}{" + embedding" if s == 0 else ""}{" + final norm and LM head" if s == len(stages) - 1 else ""}'
+        f'{a + 1}–{b}{" + embedding" if s == 0 else ""}{" + final norm and LM head" if s == len(stages) - 1 else ""}'
         f'</li>' for s, (a, b) in enumerate(stages))
     hand = (f"<p class='w-small'>Between stages: the hidden state, {cfg.hidden_size} values per token "
             f"({cfg.hidden_size * 4:,} bytes in float32), sent point to point {plural(len(stages) - 1, 'time')} "
