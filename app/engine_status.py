@@ -6,7 +6,7 @@ import html
 
 import panel as pn
 
-from widgets.common.gate import loading_text, watch_engine
+from widgets.common.gate import in_session, loading_text, watch_engine
 
 LIVENESS_MS = 2000
 
@@ -34,7 +34,7 @@ def engine_status_pane(handle, stylesheets: list[str]) -> pn.pane.HTML:
     pane = pn.pane.HTML(status_html(handle.snapshot()), stylesheets=stylesheets, disable_math=True,
                         css_classes=["ex-engine-status"], margin=(0, 0))
     watch_engine(handle, lambda snap: setattr(pane, "object", status_html(snap)))
-    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+    if in_session():
         # Once ready, keep an eye on the engine's thread: if it dies, every page says so.
         def alive() -> None:
             snap = handle.snapshot()

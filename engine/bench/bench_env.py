@@ -11,6 +11,7 @@ import time
 
 import torch
 
+from ..config import ModelConfig
 from .recorded import save_recorded
 
 
@@ -28,13 +29,17 @@ def add_common_args(p, name: str) -> None:
                    "(the model's name is added for shapes other than SmolLM2's)")
 
 
+# The benches' --small model: four layers of SmolLM2's kind, small enough for a CPU smoke run.
+TINY = ModelConfig(num_layers=4, hidden_size=128, num_heads=4, num_kv_heads=2, head_dim=32,
+                   intermediate_size=256, vocab_size=512, max_position_embeddings=8192, name="tiny-random")
+
+
 def bench_model(args, device: torch.device):
     """(model, dtype): the tiny model with --small, else what --model / --random-weights name (loader rules:
     a RANDOM_SHAPES name or --random-weights builds random values on the device, in bf16 on CUDA)."""
     from ..config import EngineConfig
     from ..loader.model_loader import load_model
     from ..model.llama import Llama
-    from .serve_sim import TINY
     if args.small:
         return Llama.random(TINY, seed=args.seed).to(device).eval(), torch.float32
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -33,7 +33,7 @@ from ..llm_engine import LLMEngine
 from ..model.llama import Llama
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
-from .bench_env import environment, model_record, record_if_asked
+from .bench_env import TINY, environment, model_record, record_if_asked
 
 PATTERNS = {  # (ISL range, OSL range)
     "summarization": ((2000, 4000), (100, 300)),
@@ -42,8 +42,6 @@ PATTERNS = {  # (ISL range, OSL range)
 }
 SYSTEM_PROMPT_TOKENS = 100      # chatbot requests start with the same system prompt (scaled with lengths)
 MIN_SYSTEM_PROMPT_TOKENS = 32   # ... but never under two 16-token blocks, so prefix caching has something to reuse
-TINY = ModelConfig(num_layers=4, hidden_size=128, num_heads=4, num_kv_heads=2, head_dim=32,
-                   intermediate_size=256, vocab_size=512, max_position_embeddings=8192, name="tiny-random")
 
 
 @dataclass(slots=True)

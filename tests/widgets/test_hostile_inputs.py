@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 
-import panel as pn
 import pytest
 
-from widgets.common.registry import registry
-from widgets.common.testing import LoadedEngine
+pn = pytest.importorskip("panel")     # not on the GPU machine
+
+from widgets.common.registry import registry  # noqa: E402
+from widgets.common.testing import LoadedEngine  # noqa: E402
 
 HOSTILE_NUMBERS = (10**21, -10**21, 999, float("nan"), float("inf"), 3.5)
 

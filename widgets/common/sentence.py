@@ -46,9 +46,8 @@ def _text(raw) -> str:
 
 def session_args() -> dict[str, list]:
     """This session's query arguments ({} outside a session)."""
-    if pn.state.curdoc is None or pn.state.curdoc.session_context is None:
-        return {}
-    return pn.state.session_args or {}
+    from widgets.common.gate import in_session     # (gate → theme → this module: imported when called)
+    return (pn.state.session_args or {}) if in_session() else {}
 
 
 def query_arg(name: str, args: dict | None = None) -> str | None:
