@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("markdown_it")     # app.toc counts each chapter's widgets and questions (not on the GPU machine)
+pytest.importorskip("mdit_py_plugins")     # app.toc counts each chapter's widgets and questions (not on the GPU machine)
 
 from app.content import find_chapter, list_chapters, load_chapter, neighbours, split_front_matter, FrontMatterError  # noqa: E402,E501
 from app.toc import table_of_contents  # noqa: E402

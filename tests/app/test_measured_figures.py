@@ -68,12 +68,7 @@ def measured_figures(body: str) -> list[tuple[str, str]]:
 
 
 # Chapter 18's CPU speculation figures are being replaced (issue 27 #5, another change): remove this mark then.
-_CH18 = "speculative-decoding"
-
-
-@pytest.mark.parametrize("chapter", [pytest.param(c, marks=pytest.mark.xfail(
-    reason="issue 27 #5: ch. 18 still quotes CPU figures no file holds", strict=False)) if c.slug == _CH18 else c
-    for c in CHAPTERS], ids=lambda c: c.slug)
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.slug)
 def test_no_chapter_calls_a_figure_measured_that_no_file_holds(chapter):
     pool = _pool(chapter.body)
     missing = [f"{n} {u}" for n, u in measured_figures(chapter.body) if not _held(n, u, pool)]

@@ -53,7 +53,7 @@ def test_runs_tp_and_pp_for_real_and_the_text_is_the_same(app):
 
     page.locator(f"{W} .pz-mode button", has_text="pipeline parallel").click()
     page.locator(f"{W} .pz-size select").select_option("2")
-    wait_text(page, f"{W} .pz-legend", "stage 1 = rank 1: layers 15–29")
+    wait_text(page, f"{W} .pz-legend", "stage 1 = rank 1: layers 16–30")
     run_and_wait(page, "pp=2 on 2 processes")
     parallel, single = texts(page)
     assert parallel == single and parallel.strip()
@@ -77,7 +77,8 @@ def test_refusal_hover_and_layout(app, browser, server, app_page_class):
     page.locator(f"{W} .pz-scenario button", has_text="decode, 1 user").click()
     wait_text(page, f"{W} .pz-model", "1 × 8,192 × 2 B")
     model = page.locator(f"{W} .pz-model").first.inner_text()         # no developer's placeholder
-    assert "not recorded yet" not in model and "python -m engine bench" not in model
+    # the two-GPU record, labelled like every recorded figure (device, command, date), never a placeholder
+    assert "not recorded yet" not in model and "will put" not in model
     assert "No multi-GPU measurement is recorded for this page" in model or "recorded on" in model
     app.assert_clean()
     shots = widget_screenshots(browser, server, app_page_class, CHAPTER, "parallelism")
