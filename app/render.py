@@ -195,6 +195,15 @@ def _glossary_rule(state, silent: bool) -> bool:
     return True
 
 
+def _th(renderer, tokens, idx, options, env, inline: int) -> str:
+    """A table's empty corner cell (``| | a | b |``) is data, not a header: a screen reader would announce a
+    header with no name (axe: empty-table-header)."""
+    tag = renderer.renderToken(tokens, idx, options, env)
+    if tokens[inline].type == "inline" and not tokens[inline].content.strip():
+        tag = tag.replace("<th", "<td", 1).replace("</th", "</td", 1)
+    return tag
+
+
 class ChapterRenderer:
     """Renders one chapter at a time; remembers which terms already got their tooltip."""
 
@@ -222,6 +231,8 @@ class ChapterRenderer:
         r("html_block", self._render_html_block)
         r("link_open", lambda _r, tokens, idx, options, env: self._render_link_open(_r, tokens, idx, options, env))
         r("html_inline", lambda self_, tokens, idx, options, env: _entity_guard(html.escape(tokens[idx].content)))
+        r("th_open", lambda self_, tokens, idx, options, env: _th(self_, tokens, idx, options, env, idx + 1))
+        r("th_close", lambda self_, tokens, idx, options, env: _th(self_, tokens, idx, options, env, idx - 1))
         self.md = md
 
     # -- render rules ---------------------------------------------------------------------------

@@ -108,3 +108,8 @@ def test_real_chapter_renders_with_known_widgets_and_terms(chapter):
     assert not [s for s in r.chapter_links if s not in slugs], "links to chapters that do not exist"
     html = "".join(s.html for s in r.segments if isinstance(s, HtmlSegment))
     assert not re.search(r"<(script|iframe|img|style)\b", html)
+
+
+def test_a_tables_empty_corner_cell_is_not_a_nameless_header():
+    out = html_of("| | a | b |\n|---|---|---|\n| x | 1 | 2 |\n")
+    assert "<td></td>" in out and "<th></th>" not in out and "<th>a</th>" in out

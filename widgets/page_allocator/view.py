@@ -138,7 +138,7 @@ def compare_html(pic: dict, label: str) -> str:
             f'only {c["fit"]} reservations of {RESERVE} slots fit in {u["pool_slots"]:,}.</p>'
             if u["sequences"] > c["fit"] else "")
     return (f'<p class="pa-head">The same {plural(u["sequences"], "sequence")}, two allocators</p>'
-            '<div class="pd-scroll"><table class="pd-tab pa-compare"><thead><tr><th></th>'
+            '<div class="pd-scroll"><table class="pd-tab pa-compare"><thead><tr><td></td>'
             f'<th scope="col">contiguous, {RESERVE} slots each</th><th scope="col">paged, blocks of '
             f'{pic["block_size"]}</th></tr></thead><tbody>{body}</tbody></table></div>{over}'
             f'<p class="w-small">Paged: the engine\'s allocator right now ({label_html(label)}); shared blocks count '

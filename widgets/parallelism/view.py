@@ -198,7 +198,7 @@ def modelled_html(tp: dict, pp: dict, beside: str) -> str:
             f"tensor parallel: {_b(tp['weights_per_gpu'])} of weights per GPU. Each all-reduce covers "
             f"{tp['tokens']:,} × 8,192 × 2 B = {_b(tp['all_reduce_bytes'])}; in a ring each GPU sends and receives "
             f"2(N−1)/N = {tp['ring_factor']:.2f} times that, {_b(tp['ring_bytes'])}, {tp['calls']} times per pass.</p>"
-            f"<div class='pz-scroll'><table class='pz-table pz-links'><thead><tr><th></th>{head}</tr></thead>"
+            f"<div class='pz-scroll'><table class='pz-table pz-links'><thead><tr><td></td>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>"
             f"<p class='pz-check'>Pipeline parallel over {pp['stages']} stages instead ({pp['layers_per_stage']} layers "
             f"each): each boundary receives {_b(pp['hidden_bytes'])} per step (the hidden state; vLLM's Llama also "
