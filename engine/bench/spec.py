@@ -41,7 +41,7 @@ from ..core.records import ScheduledRequest, SchedulerOutput
 from ..llm_engine import LLMEngine
 from ..sampling_params import SamplingParams
 from ..spec_decode.proposer import Draft
-from ..spec_decode.rule import SpeculationRule
+from ..spec_decode.rule import PROBE_DRAFTS, VERIFY_COST, SpeculationRule, break_even
 from ..spec_decode.stats import SpecDecodeStats, expected_tokens_per_pass
 from .serve_sim import describe_device, load_model
 
@@ -313,7 +313,12 @@ def run(argv: list[str] | None = None) -> dict:
         "shape": _shape(model), "weights": weights, "dtype": str(model.embed.weight.dtype).removeprefix("torch."),
         "batches": batches, "max_tokens": max_tokens, "repeat": a.repeat, "greedy": True,
         "rule": {"disable_by_batch_size": default.disable_by_batch_size, "min_acceptance": default.min_acceptance,
-                 "probe_drafts": SpeculationRule().probe_drafts, "pause_tokens": SpeculationRule().pause_tokens},
+                 "probe_drafts": SpeculationRule().probe_drafts, "pause_tokens": SpeculationRule().pause_tokens,
+                 "pause_doubles": True, "probation_drafts": PROBE_DRAFTS, "verify_cost_assumed": VERIFY_COST,
+                 # early exit's bar: its draft passes cost L/N steps each (break_even in spec_decode/rule.py)
+                 "early_exit_threshold": {
+                     str(L): max(default.min_acceptance, break_even(max(ks), L / model.config.num_layers))
+                     for L in layers} if layers else None},
         "results": results, "rows": _flat_rows(results), "verify_cost": cost, "goals": _goals(results, cost),
         "notes": _notes(weights),
     }

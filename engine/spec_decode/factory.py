@@ -27,7 +27,21 @@ def make_speculator(spec: SpeculativeConfig | None, runner, draft_model: Llama |
     speculator drafts nothing and only verifies the drafts a record brings."""
     if proposer is None and spec is not None:
         proposer = make_proposer(spec, runner, draft_model, num_swap_blocks)
-    return Speculator(proposer, SpeculationRule.from_config(spec))
+    return Speculator(proposer, SpeculationRule.from_config(spec, draft_cost(spec, runner.model, draft_model)
+                                                            if proposer is not None else 0.0))
+
+
+def draft_cost(spec: SpeculativeConfig | None, target: Llama, draft_model: Llama | None = None) -> float:
+    """A guessed token's cost in target decode steps, by the weights it reads (decode is memory-bound):
+    an n-gram lookup 0, early exit L of the target's layers, a draft model its size over the target's."""
+    if spec is None or spec.method == "ngram":
+        return 0.0
+    if spec.method == "early_exit":
+        return spec.num_layers / target.config.num_layers
+    if draft_model is None or draft_model is target:
+        return 1.0
+    size = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    return size(draft_model) / size(target)
 
 
 def make_proposer(spec: SpeculativeConfig, runner, draft_model: Llama | None = None, num_swap_blocks: int = 0):

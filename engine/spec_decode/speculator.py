@@ -72,8 +72,9 @@ class Speculator:
             return out
         batch_ok = not wanting or self.rule.batch_allows(len(out.scheduled))
         # A row the rule holds back still reaches the proposer's catch-up (a draft model computes it).
-        requests = [DraftRequest(r.seq_id, r.start_pos, r.block_ids, r.context_token_ids, r.num_lookahead_tokens,
-                                 r.sampling_params, self._step[r.seq_id][1])
+        requests = [DraftRequest(r.seq_id, r.start_pos, r.block_ids, r.context_token_ids,
+                                 self.rule.drafts_for(r.seq_id, r.num_lookahead_tokens), r.sampling_params,
+                                 self._step[r.seq_id][1])
                     for r in wanting if r.num_lookahead_tokens > 0 and batch_ok
                     and self.rule.request_allows(r.seq_id, r.num_output_tokens)]
         drafts = self.proposer.propose(requests, out)

@@ -158,9 +158,28 @@ def test_the_rule_pauses_a_request_whose_drafts_fail(model):
     assert engine.take_output("r").outputs[0].token_ids == truth
     rule = engine.runner.speculator.rule
     drafted = [bool(e.num_draft_tokens) for r in engine.trace for e in r.entries if e.kind != "prefill"]
-    # 8 rejected drafts judged (one per pass), 32 tokens decoded plainly, then it tries again
-    assert rule.pauses == 2 and drafted[:8] == [True] * 8 and not any(drafted[8:40]) and drafted[40]
-    assert rule.to_dict()["min_acceptance"] == 0.25
+    # 7 rejected drafts judged (one per pass: then 2 kept of 8 is out of reach), 32 tokens decoded plainly,
+    # then it tries again, fails again, and pauses twice as long (64 tokens: past the 60 it writes)
+    assert rule.pauses == 2 and drafted[:7] == [True] * 7 and not any(drafted[7:39]) and drafted[39:46] == [True] * 7
+    assert not any(drafted[46:])
+    assert rule.to_dict()["min_acceptance"] == 0.25 and rule.to_dict()["threshold"] == 0.25
+
+
+def test_a_costly_drafter_probes_with_one_draft_until_its_window_clears_the_break_even():
+    from engine.spec_decode.rule import break_even
+    assert break_even(4, 0.0) < 0.25 < break_even(4, 0.25) < break_even(4, 0.5) < 0.8    # dearer drafts, higher bar
+    assert break_even(4, 1.0) == 1.0                     # a draft as dear as the target never pays
+    rule = SpeculationRule(min_acceptance=0.25, k=4, draft_cost=0.5)
+    assert rule.threshold == break_even(4, 0.5)
+    assert rule.drafts_for(1, 4) == 1                    # on probation
+    for _ in range(7):
+        rule.judged(1, 10, 1, 1)                         # every probe kept
+    assert rule.drafts_for(1, 4) == 4                    # 7 of 8 kept: past the bar, trusted
+    rule.judged(2, 10, 1, 0)
+    assert rule.request_allows(2, 11) and rule.pauses == 0
+    rule.judged(2, 11, 1, 0)                             # two rejections: 6 of 8 can no longer reach 0.775
+    assert rule.pauses == 1 and not rule.request_allows(2, 12) and rule.request_allows(2, 12 + 32)
+    assert SpeculationRule(min_acceptance=0.25, k=4, draft_cost=0.0).drafts_for(1, 4) == 4   # a free lookup
 
 
 def test_rule_from_config_defaults():

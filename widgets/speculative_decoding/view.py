@@ -119,8 +119,9 @@ def engine_stats_html(s: dict, label: str) -> str:
     if rule and rule.get("min_acceptance") is not None:
         off = rule.get("disable_by_batch_size")
         lines.append(f'The rule: {"nobody drafts in a step of more than " + str(off) + " requests; " if off else ""}'
-                     f'a request whose last {rule["probe_drafts"]} judged drafts kept under '
-                     f'{rule["min_acceptance"]:.0%} decodes the next {rule["pause_tokens"]} tokens plainly '
+                     f'a request whose window of {rule["probe_drafts"]} judged drafts can no longer keep '
+                     f'{rule.get("threshold") or rule["min_acceptance"]:.0%} decodes the next '
+                     f'{rule["pause_tokens"]} tokens plainly, each pause twice the last '
                      f'(<span class="sd-pauses">{plural(rule["pauses"], "pause")}</span> here).')
     if s.get("verify_ms") is not None:
         lines.append(f'A verify step took {s["verify_ms"]:.0f} ms, {s["propose_ms"]:.0f} ms of it drafting '
