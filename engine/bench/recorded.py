@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -45,6 +46,10 @@ def load_recorded(name: str) -> dict | None:
 
 
 def _git_commit() -> str:
+    """ENGINE_COMMIT when set (on the GPU machine the tree travels without its current git history:
+    `git rev-parse` there names an older commit), else git's HEAD."""
+    if os.environ.get("ENGINE_COMMIT"):
+        return os.environ["ENGINE_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
                               cwd=Path(__file__).resolve().parent).stdout.strip()

@@ -170,6 +170,8 @@ def test_the_engine_stats_name_the_rule_and_count_its_pauses():
          "rule": {"disable_by_batch_size": 64, "min_acceptance": 0.25, "probe_drafts": 8, "pause_tokens": 32,
                   "steps_off_by_batch": 0, "pauses": 1}}
     html = engine_stats_html(s, "measured on cpu")
-    assert "more than 64 requests" in html and "last 8 judged drafts kept under 25%" in html
-    assert "next 32 tokens plainly" in html and ">1 pause</span> here" in html
+    assert "more than 64 requests" in html and "window of 8 judged drafts can no longer keep 25%" in html
+    assert "next 32 tokens plainly, each pause twice the last" in html and ">1 pause</span> here" in html
+    costly = engine_stats_html({**s, "rule": {**s["rule"], "threshold": 0.775}}, "measured on cpu")
+    assert "can no longer keep 78%" in costly           # a costly drafter's bar, its break-even, is the one said
     assert "The rule" not in engine_stats_html({**s, "rule": None}, "measured on cpu")
