@@ -6,10 +6,10 @@ from __future__ import annotations
 import copy
 import os
 import random
-import warnings
 
 import pytest
 import torch
+from tests.helpers.host_waits import host_waits_per_step
 from tests.helpers.unfused_llama import forward_unfused
 
 import kernels
@@ -126,16 +126,7 @@ def test_one_host_sync_per_step():
         if i == 9:
             engine.step()                                           # first step: lazy initialisation may sync
         engine.add_request(str(i), [rng.randrange(3, 40000) for _ in range(rng.randint(20, 300))], params[i % 3])
-    counts = []                                                     # (the next step mixes prefills and decodes)
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        while engine.has_unfinished():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                engine.step()
-            counts.append((sum("synchroniz" in str(w.message) for w in caught), engine.trace.records[-1]))
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    counts = host_waits_per_step(engine)                            # (the next step mixes prefills and decodes)
     assert counts and all(n == 1 for n, _ in counts), [(n, r.cuda_graph_batch, r.num_prefill_tokens) for n, r in counts]
     assert sum(1 for _, r in counts if r.cuda_graph_batch) >= 10
     assert any(r.num_prefill_tokens and r.num_decode_tokens for _, r in counts)   # an eager mixed step too

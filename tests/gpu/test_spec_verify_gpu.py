@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import random
-import warnings
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from engine.model.llama import Llama
 from engine.sampling_params import SamplingParams
 from engine.spec_decode.rejection_sampler import rejection_sample
 from tests.engine.test_rejection_sampler import TRIALS, assert_follows_target, run_trials
+from tests.helpers.host_waits import host_waits_per_step
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available() or kernels.paged_attention_triton is None,
                                                   reason="needs CUDA and triton")]
@@ -105,16 +105,7 @@ def test_a_verify_step_waits_for_the_device_once(looping):
     for i, p in enumerate(prompts(4, seed=2)):
         engine.add_request(str(i), p, params[i % 2])
     engine.step()                                            # the prefill (lazy initialisation may sync)
-    counts = []
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        while engine.has_unfinished():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                engine.step()
-            counts.append((sum("synchroniz" in str(w.message) for w in caught), engine.trace.records[-1]))
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    counts = host_waits_per_step(engine)
     verify = [(n, r) for n, r in counts if r.num_verify_tokens > r.num_decode_tokens]
     assert verify and any(r.cuda_graph_batch for _, r in verify)
     assert all(n == 1 for n, _ in counts), [(n, r.cuda_graph_batch, r.num_verify_tokens) for n, r in counts]

@@ -11,14 +11,19 @@ T3 = ModelConfig(num_layers=6, hidden_size=96, num_heads=6, num_kv_heads=3, head
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], list(range(30, 70))]   # the last one is chunked
 
 
-def tiny3() -> Llama:
-    """Picklable: spawned workers call it to build the same whole model."""
-    model = Llama.random(T3, seed=0)
+def _loud(config: ModelConfig) -> Llama:
+    """Llama.random's weights of `config`, ten times larger (the norms' excepted)."""
+    model = Llama.random(config, seed=0)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if not name.endswith("norm.weight"):
                 p.mul_(10.0)
     return model
+
+
+def tiny3() -> Llama:
+    """Picklable: spawned workers call it to build the same whole model."""
+    return _loud(T3)
 
 
 # 4 query heads over 2 KV heads: at tp = 4 each rank holds one query head and a copy of its KV head
@@ -27,9 +32,4 @@ T4 = ModelConfig(num_layers=4, hidden_size=64, num_heads=4, num_kv_heads=2, head
 
 
 def tiny4() -> Llama:
-    model = Llama.random(T4, seed=0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if not name.endswith("norm.weight"):
-                p.mul_(10.0)
-    return model
+    return _loud(T4)
